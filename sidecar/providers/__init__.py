@@ -1,0 +1,1 @@
+"""Provider clients: one httpx.AsyncClient per upstream, results as values."""

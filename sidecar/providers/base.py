@@ -1,0 +1,64 @@
+"""What every provider client takes and gives back.
+
+Expected remote outcomes (429, 5xx, timeouts, resets, malformed bodies) are
+values in :class:`ProviderResult`, never exceptions. Only programming errors
+raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+ErrorKind = Literal[
+    "timeout",       # no complete answer within the deadline (the call may have been billed)
+    "connection",    # could not connect / reset before an answer
+    "http_429",      # rate limited, retries exhausted
+    "http_5xx",      # server error, retries exhausted
+    "http_4xx",      # refused (bad request, auth); not retried
+    "malformed",     # 2xx but the body is not a chat completion we can read
+]
+
+
+class ChatRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A chat call in the OpenAI shape, whatever the provider kind.
+
+    ``params`` carries the served request's parameters (temperature, max_tokens,
+    tools, tool_choice, top_p, stop, ...), passed through; ``headers`` are extra
+    request headers (the shadow-traffic tag).
+    """
+
+    model: str
+    messages: list[dict[str, Any]]
+    params: dict[str, Any] = {}
+    headers: dict[str, str] = {}
+
+
+class ProviderResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of a chat call after retries.
+
+    ``content`` is the answer text; tool calls in the answer are rendered as
+    text (``[tool_call name(arguments)]``) and never executed. ``may_have_billed``
+    is True when an attempt reached the provider and its fate is unknown (a read
+    timeout): the spend ledger must then hold the worst case, not zero.
+    """
+
+    ok: bool
+    content: str | None = None
+    finish_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    error: ErrorKind | None = None
+    status: int | None = None
+    attempts: int = 1
+    latency_ms: float = 0.0
+    may_have_billed: bool = False
+
+
+class Provider(Protocol):
+    """One upstream. ``chat`` never raises for remote failures."""
+
+    async def chat(self, request: ChatRequest) -> ProviderResult: ...
+
+    async def aclose(self) -> None: ...
