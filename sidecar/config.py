@@ -1,0 +1,570 @@
+"""Configuration: one TOML file plus ``SHADOWTRIAL_*`` overrides, read once at start-up.
+
+``load_config(path, environ)`` is the only reader. It takes the environment as
+a mapping from its caller (nothing here reads ``os.environ``), decodes into
+frozen msgspec Structs that refuse unknown keys, validates at construction,
+and reads provider API keys *by the variable name* given in ``api_key_env``
+into a :class:`Secrets` mapping whose repr never shows a value. Every refusal
+is a :class:`~sidecar.errors.ConfigError` whose message names the key's path
+(``- at `$.providers.openai.timeout_s```) and, when an environment override
+set it, the variable.
+
+Environment overrides: ``SHADOWTRIAL_<SECTION>__<KEY>``, double underscore
+between levels, matched case-insensitively; named tables take the name as a
+level (``SHADOWTRIAL_PROVIDERS__OPENAI__BASE_URL``). A name is matched against
+the file's names with ``-`` and ``.`` read as ``_`` (``MODELS__GPT_4O_MINI``
+finds ``[models."gpt-4o-mini"]``); a name the file does not have is created
+in lower case. The value is taken verbatim for a string setting and read as a
+TOML scalar (``10``, ``2.5``, ``true``) for any other. An override that names
+no setting is refused, except ``SHADOWTRIAL_CONFIG`` (the file path, the
+CLI's business) and variables that ``api_key_env`` / ``token_env`` name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+import msgspec.inspect as mi
+
+from policies.money import MICROS_PER_DOLLAR, Price
+from sidecar.errors import ConfigError
+from sidecar.prices import AliasEntry, PriceBook
+
+__all__ = [
+    "AdminConfig",
+    "Config",
+    "ENV_PREFIX",
+    "EngineConfig",
+    "JudgeConfig",
+    "ModelConfig",
+    "PricesConfig",
+    "ProviderConfig",
+    "RESERVED_ENV",
+    "ResolvedModel",
+    "Secrets",
+    "StoreConfig",
+    "TapConfig",
+    "TeamConfig",
+    "load_config",
+    "resolve_model",
+    "split_listen",
+]
+
+ENV_PREFIX = "SHADOWTRIAL_"
+RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG"})
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """``"host:port"`` → ``(host, port)``; IPv6 hosts in brackets (``"[::1]:8790"``).
+
+    Port 0 is accepted (the OS picks one; tests use it). Raises ``ValueError``.
+    """
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        host = ""  # an unbracketed IPv6 address is ambiguous
+    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"listen must be HOST:PORT (e.g. 127.0.0.1:8790, [::1]:8790), got {value!r}")
+    return host, int(port)
+
+
+def _check_env_name(field: str, value: str) -> None:
+    # Never echo the value: a common mistake is pasting the key itself here.
+    if value and not _ENV_NAME.fullmatch(value):
+        raise ValueError(
+            f"{field} must be the NAME of an environment variable (letters, digits, underscores), "
+            "not its value; the value given is not shown"
+        )
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Operator input: frozen, unknown keys refused, validated at construction."""
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        self._validate()
+
+    def _validate(self) -> None:
+        """Checks beyond the field types; raise ``ValueError`` naming the field."""
+
+
+class TapConfig(_Section):
+    """The tap: where gateways post served exchanges.
+
+    ``token_env`` names an environment variable holding a shared token the tap
+    then requires; empty means no token (fine on loopback).
+    """
+
+    listen: str = "127.0.0.1:8790"
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    queue_size: PositiveInt = 10_000
+    token_env: str = ""
+
+    def _validate(self) -> None:
+        split_listen(self.listen)
+        _check_env_name("token_env", self.token_env)
+
+
+class AdminConfig(_Section):
+    """The admin API."""
+
+    listen: str = "127.0.0.1:8791"
+
+    def _validate(self) -> None:
+        split_listen(self.listen)
+
+
+class StoreConfig(_Section):
+    """Where trials, cases and the outbox live (a SQLite file path, relative to the working directory)."""
+
+    path: str = "shadowtrial.db"
+
+    def _validate(self) -> None:
+        if not self.path:
+            raise ValueError("path must not be empty")
+
+
+class EngineConfig(_Section):
+    """The trial loop.
+
+    ``default_max_tokens`` caps a candidate call when the served request set
+    no ``max_tokens`` (a reservation needs a bound). ``shadow_header`` tags
+    candidate calls so the gateway's billing and rate limits can tell them apart.
+    """
+
+    workers: PositiveInt = 16
+    drain_seconds: NonNegativeFloat = 10.0
+    default_max_tokens: PositiveInt = 1024
+    shadow_header: str = "X-Shadowtrial-Shadow"
+
+    def _validate(self) -> None:
+        if not _HEADER_NAME.fullmatch(self.shadow_header):
+            raise ValueError(f"shadow_header must be an HTTP header name, got {self.shadow_header!r}")
+
+
+class JudgeConfig(_Section):
+    """Judge defaults; ``model`` is an alias (or a name the single provider serves), empty = none set."""
+
+    model: str = ""
+    rubric: str = "pairwise-v1"
+    temperature: NonNegativeFloat = 0.0
+    max_tokens: PositiveInt = 512
+    audit_share: Share = 0.10
+
+    def _validate(self) -> None:
+        if not self.rubric:
+            raise ValueError("rubric must not be empty")
+
+
+class PricesConfig(_Section):
+    """``map_file``: a LiteLLM ``model_prices_and_context_window.json``; empty = none."""
+
+    map_file: str = ""
+
+
+class ProviderConfig(_Section):
+    """One upstream (``[providers.NAME]``).
+
+    ``timeout_s`` bounds one attempt, ``deadline_s`` the whole call with its
+    retries. ``api_key_env`` names the variable holding the key; empty = no key
+    (a local Ollama or vLLM).
+    """
+
+    kind: Literal["openai", "anthropic"]
+    base_url: str
+    api_key_env: str = ""
+    timeout_s: PositiveFloat = 60.0
+    connect_timeout_s: PositiveFloat = 5.0
+    max_connections: PositiveInt = 32
+    deadline_s: PositiveFloat = 120.0
+    max_retries: NonNegativeInt = 3
+
+    def _validate(self) -> None:
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http:// or https:// URL with a host, got {self.base_url!r}")
+        _check_env_name("api_key_env", self.api_key_env)
+
+
+class ModelConfig(_Section):
+    """A model alias (``[models.ALIAS]``).
+
+    ``model`` is the upstream name (empty = the alias itself; the loader fills
+    it in). Prices are list prices in dollars per million tokens, both or
+    neither; a configured zero is a known zero.
+    """
+
+    provider: str
+    model: str = ""
+    input_price_per_mtok: NonNegativeFloat | None = None
+    output_price_per_mtok: NonNegativeFloat | None = None
+
+    def _validate(self) -> None:
+        if (self.input_price_per_mtok is None) != (self.output_price_per_mtok is None):
+            raise ValueError("set both input_price_per_mtok and output_price_per_mtok, or neither")
+
+    @property
+    def price(self) -> Price | None:
+        """The configured list price in micro-dollars per million tokens, or ``None``."""
+        if self.input_price_per_mtok is None or self.output_price_per_mtok is None:
+            return None
+        return Price(
+            round(self.input_price_per_mtok * MICROS_PER_DOLLAR),
+            round(self.output_price_per_mtok * MICROS_PER_DOLLAR),
+        )
+
+
+class TeamConfig(_Section):
+    """A team's posture (``[teams.NAME]``)."""
+
+    prompt_retention: bool = True
+
+
+class Secrets(Mapping[str, str]):
+    """Provider API keys by provider name, plus the tap's shared token.
+
+    Read from the environment once by :func:`load_config`. ``repr``/``str``
+    show which providers have a key, never a key.
+    """
+
+    __slots__ = ("_keys", "_tap_token")
+
+    def __init__(self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None) -> None:
+        self._keys = dict(provider_keys or {})
+        self._tap_token = tap_token
+
+    @property
+    def tap_token(self) -> str | None:
+        """The token the tap requires, or ``None`` when ``tap.token_env`` is empty."""
+        return self._tap_token
+
+    def __getitem__(self, provider: str) -> str:
+        return self._keys[provider]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secrets):
+            return NotImplemented
+        return self._keys == other._keys and self._tap_token == other._tap_token
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        token = "set" if self._tap_token is not None else "unset"
+        return f"Secrets(providers={sorted(self._keys)!r}, tap_token={token})"
+
+    __str__ = __repr__
+
+
+class Config(_Section):
+    """The whole configuration. Frozen; treat the named-table dicts as read-only.
+
+    ``secrets`` is filled by :func:`load_config` from the environment and is
+    never read from the file.
+    """
+
+    tap: TapConfig = msgspec.field(default_factory=TapConfig)
+    admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
+    judge: JudgeConfig = msgspec.field(default_factory=JudgeConfig)
+    prices: PricesConfig = msgspec.field(default_factory=PricesConfig)
+    providers: dict[str, ProviderConfig] = {}
+    models: dict[str, ModelConfig] = {}
+    teams: dict[str, TeamConfig] = {}
+    secrets: Secrets = msgspec.field(default_factory=Secrets)
+
+    def _validate(self) -> None:
+        configured = ", ".join(sorted(self.providers)) or "none"
+        for alias, entry in self.models.items():
+            if entry.provider not in self.providers:
+                raise ValueError(
+                    f"models.{alias}.provider: {entry.provider!r} is not a configured provider (configured: {configured})"
+                )
+        tap_addr = split_listen(self.tap.listen)
+        if tap_addr[1] != 0 and tap_addr == split_listen(self.admin.listen):  # port 0: each binds its own free port
+            raise ValueError(f"tap.listen and admin.listen are the same address ({self.tap.listen})")
+        judge = self.judge.model
+        if judge and judge not in self.models and len(self.providers) != 1:
+            raise ValueError(
+                f"judge.model: {judge!r} is not a configured alias, and with {len(self.providers)} providers "
+                "configured it cannot be routed; add it under [models]"
+            )
+
+    def price_book(self, price_map: Mapping[str, Price] | None = None) -> PriceBook:
+        """A :class:`PriceBook` over ``price_map`` (LiteLLM names) and this config's aliases."""
+        aliases = {
+            alias: AliasEntry(upstream=entry.model or alias, price=entry.price, provider=entry.provider)
+            for alias, entry in self.models.items()
+        }
+        return PriceBook(price_map or {}, aliases)
+
+
+class ResolvedModel(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a model name goes: which provider, under which upstream name, at what list price.
+
+    ``price`` is ``None`` when the model is unpriced (never a zero in its place).
+    """
+
+    provider_name: str
+    upstream_model: str
+    price: Price | None
+
+
+def resolve_model(config: Config, alias_or_name: str, prices: PriceBook | None = None) -> ResolvedModel:
+    """Resolve an alias, or a bare upstream name when exactly one provider is configured.
+
+    ``prices`` defaults to the config's own alias prices (no price map).
+    Raises :class:`ConfigError` when the name cannot be routed.
+    """
+    book = prices if prices is not None else config.price_book()
+    entry = config.models.get(alias_or_name)
+    if entry is not None:
+        return ResolvedModel(
+            provider_name=entry.provider,
+            upstream_model=entry.model or alias_or_name,
+            price=book.price_for(alias_or_name),
+        )
+    if len(config.providers) == 1:
+        (provider,) = config.providers
+        return ResolvedModel(
+            provider_name=provider,
+            upstream_model=alias_or_name,
+            price=book.price_for(alias_or_name, provider=provider),
+        )
+    raise ConfigError(
+        f"model {alias_or_name!r} is not a configured alias and {len(config.providers)} providers are configured; "
+        f"add [models.{_toml_key(alias_or_name)}] with provider = \"...\""
+    )
+
+
+# --- loading -----------------------------------------------------------------
+
+_NAMED_TABLES: dict[str, type[_Section]] = {"providers": ProviderConfig, "models": ModelConfig, "teams": TeamConfig}
+
+
+def load_config(path: str | None, environ: Mapping[str, str]) -> Config:
+    """Read ``path`` (``None``: defaults only), apply overrides from ``environ``, read secrets.
+
+    Raises :class:`ConfigError`; its message names the path of the bad key and,
+    for an overridden one, the environment variable. Secret values never appear.
+    """
+    raw = _read_toml(path) if path else {}
+    if "secrets" in raw:
+        raise ConfigError(
+            "secrets are never read from the config file; set api_key_env / token_env to the name "
+            "of an environment variable - at `$.secrets`"
+        )
+    origins, unknown = _apply_overrides(raw, environ)
+    unknown = sorted(set(unknown) - _secret_names(raw))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) in the environment: {', '.join(unknown)} "
+            f"(overrides are {ENV_PREFIX}<SECTION>__<KEY>, e.g. {ENV_PREFIX}TAP__LISTEN)"
+        )
+    config = _convert(raw, origins)
+    return msgspec.structs.replace(config, secrets=_read_secrets(config, environ))
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path!r} not found") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path!r} cannot be read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {exc}") from exc
+
+
+def _toml_key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else msgspec.json.encode(name).decode()
+
+
+def _path_segment(name: str) -> str:
+    return f".{name}" if _BARE_KEY.fullmatch(name) else f"[{msgspec.json.encode(name).decode()}]"
+
+
+def _env_form(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def _is_scalar(t: mi.Type) -> bool:
+    if isinstance(t, mi.UnionType):
+        return all(_is_scalar(member) for member in t.types)
+    return isinstance(t, (mi.StrType, mi.IntType, mi.FloatType, mi.BoolType, mi.LiteralType, mi.NoneType))
+
+
+def _is_textual(t: mi.Type) -> bool:
+    if isinstance(t, mi.LiteralType):
+        return all(isinstance(v, str) for v in t.values)
+    return isinstance(t, mi.StrType)
+
+
+def _parse_value(text: str, t: mi.Type) -> Any:
+    """A string setting takes the text verbatim; any other is read as a TOML scalar if it is one."""
+    if _is_textual(t):
+        return text
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # msgspec then refuses it with the path and the expected type
+    return value if isinstance(value, (bool, int, float, str)) else text
+
+
+def _apply_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Write ``SHADOWTRIAL_*`` values into ``raw``. Returns (path → variable, unknown variables)."""
+    origins: dict[str, str] = {}
+    unknown: list[str] = []
+    root = mi.type_info(Config)
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
+            continue
+        segments = var[len(ENV_PREFIX):].split("__")
+        target = _locate(raw, root, segments, var)
+        if target is None:
+            unknown.append(var)
+            continue
+        container, key, leaf, path = target
+        if path in origins:
+            raise ConfigError(f"{origins[path]} and {var} both set `{path}`")
+        container[key] = _parse_value(environ[var], leaf)
+        origins[path] = var
+    return origins, unknown
+
+
+def _locate(
+    raw: dict[str, Any], node: mi.Type, segments: list[str], var: str
+) -> tuple[dict[str, Any], str, mi.Type, str] | None:
+    """Find the table and key an override sets, creating tables on the way; None if it names no setting."""
+    container = raw
+    path = "$"
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if not segment:
+            return None
+        if isinstance(node, mi.StructType):
+            field = next((f for f in node.fields if f.encode_name == segment.lower()), None)
+            if field is None:
+                return None
+            key, child_type = field.encode_name, field.type
+        elif isinstance(node, mi.DictType):
+            matches = [k for k in container if _env_form(k) == segment.upper()]
+            if len(matches) > 1:
+                raise ConfigError(f"{var} matches several names in the file ({', '.join(sorted(matches))})")
+            key, child_type = (matches[0] if matches else segment.lower()), node.value_type
+        else:
+            return None
+        path += _path_segment(key)
+        if last:
+            return (container, key, child_type, path) if _is_scalar(child_type) else None
+        if not isinstance(child_type, (mi.StructType, mi.DictType)):
+            return None
+        child = container.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{var} cannot be applied: the file sets {path[2:]} to a value, not a table")
+        container, node = child, child_type
+    return None
+
+
+def _secret_names(raw: dict[str, Any]) -> set[str]:
+    """Variables named by api_key_env / token_env (they are not overrides even in our namespace)."""
+    names: set[str] = set()
+    tap = raw.get("tap")
+    if isinstance(tap, dict) and isinstance(tap.get("token_env"), str):
+        names.add(tap["token_env"])
+    providers = raw.get("providers")
+    if isinstance(providers, dict):
+        for entry in providers.values():
+            if isinstance(entry, dict) and isinstance(entry.get("api_key_env"), str):
+                names.add(entry["api_key_env"])
+    return names
+
+
+def _config_error(exc: msgspec.ValidationError, prefix: str, origins: Mapping[str, str]) -> ConfigError:
+    message = str(exc)
+    match = re.search(r" - at `\$([^`]*)`$", message)
+    if match:
+        message, path = message[: match.start()], prefix + match.group(1)
+    else:
+        path = prefix
+    text = f"{message} - at `{path}`"
+    if path != "$":
+        related = sorted(var for p, var in origins.items() if p == path or p.startswith((path + ".", path + "[")))
+        if related:
+            text += f" (set by {', '.join(related)})"
+    return ConfigError(text)
+
+
+def _convert(raw: dict[str, Any], origins: Mapping[str, str]) -> Config:
+    data = dict(raw)
+    # Named tables are converted one entry at a time so that errors carry the
+    # entry's name; msgspec alone reports dict values as `$.providers[...]`.
+    for section, struct in _NAMED_TABLES.items():
+        entries = data.get(section)
+        if not isinstance(entries, dict):
+            continue
+        converted: dict[str, Any] = {}
+        for name, entry in entries.items():
+            prefix = f"$.{section}{_path_segment(name)}"
+            try:
+                value = msgspec.convert(entry, struct, strict=True)
+            except msgspec.ValidationError as exc:
+                raise _config_error(exc, prefix, origins) from None
+            if isinstance(value, ModelConfig) and not value.model:
+                value = msgspec.structs.replace(value, model=name)
+            converted[name] = value
+        data[section] = converted
+    try:
+        return msgspec.convert(data, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        raise _config_error(exc, "$", origins) from None
+
+
+def _read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
+    problems: list[str] = []
+
+    def read(var: str, where: str) -> str | None:
+        value = environ.get(var)
+        if value is None:
+            problems.append(f"{where} names {var}, which is not set in the environment")
+        elif not value:
+            problems.append(f"{where} names {var}, which is set but empty")
+        return value or None
+
+    keys: dict[str, str] = {}
+    for name, provider in config.providers.items():
+        if provider.api_key_env:
+            key = read(provider.api_key_env, f"providers.{_toml_key(name)}.api_key_env")
+            if key is not None:
+                keys[name] = key
+    token = read(config.tap.token_env, "tap.token_env") if config.tap.token_env else None
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return Secrets(keys, tap_token=token)

@@ -1,0 +1,71 @@
+"""The sidecar's exceptions.
+
+::
+
+    SidecarError
+     ├── ConfigError      operator input (config file, environment, price map) refused at start-up
+     └── ApiError         an admin API request refused; carries a stable code and an HTTP status
+          ├── BadRequest          400 invalid_request (``field`` names the first bad one)
+          ├── SpendUnbounded      422 spend_unbounded (a model of the trial has no list price)
+          ├── NotFound            404 not_found
+          ├── Conflict            409 (request_key_conflict, trial_not_running, ...)
+          ├── Unauthorized        401 unauthorized
+          └── Forbidden           403 forbidden
+
+Expected remote outcomes (429, 5xx, timeouts) are values, not exceptions; see
+``sidecar.providers.base.ProviderResult``.
+"""
+
+from __future__ import annotations
+
+
+class SidecarError(Exception):
+    """Base of every exception the sidecar raises on purpose."""
+
+
+class ConfigError(SidecarError):
+    """Configuration could not be loaded; the message names the setting and never a secret."""
+
+
+class ApiError(SidecarError):
+    """An admin API refusal. One middleware maps it to ``{"error": {code, message, field}}``."""
+
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(ApiError):
+    status = 400
+    code = "invalid_request"
+
+
+class SpendUnbounded(ApiError):
+    status = 422
+    code = "spend_unbounded"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status = 409
+    code = "conflict"
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
