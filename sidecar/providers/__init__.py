@@ -1,1 +1,29 @@
-"""Provider clients: one httpx.AsyncClient per upstream, results as values."""
+"""Provider clients: one httpx.AsyncClient per upstream, results as values.
+
+``make_provider(kind, base_url, api_key, **opts)`` builds an
+:class:`OpenAIProvider` or :class:`AnthropicProvider`; both satisfy
+:class:`Provider`. Remote failures come back as :class:`ProviderResult`
+values (see :mod:`sidecar.providers.retry`); only configuration and
+programming errors raise (see :mod:`sidecar.providers.errors`).
+"""
+
+from __future__ import annotations
+
+from sidecar.providers.anthropic import AnthropicProvider
+from sidecar.providers.base import ChatRequest, ErrorKind, Provider, ProviderResult
+from sidecar.providers.errors import ProviderClosedError, ProviderConfigError, ProviderError
+from sidecar.providers.factory import make_provider
+from sidecar.providers.openai import OpenAIProvider
+
+__all__ = [
+    "AnthropicProvider",
+    "ChatRequest",
+    "ErrorKind",
+    "OpenAIProvider",
+    "Provider",
+    "ProviderClosedError",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderResult",
+    "make_provider",
+]

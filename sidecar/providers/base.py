@@ -42,6 +42,9 @@ class ProviderResult(msgspec.Struct, frozen=True, kw_only=True):
     text (``[tool_call name(arguments)]``) and never executed. ``may_have_billed``
     is True when an attempt reached the provider and its fate is unknown (a read
     timeout): the spend ledger must then hold the worst case, not zero.
+    ``unknown_fate_attempts`` counts such attempts (a retried reset followed by
+    a success is ``ok`` yet one attempt's fate is unknown), so a ledger can hold
+    one worst case per unknown attempt on top of the reported usage.
     """
 
     ok: bool
@@ -54,6 +57,7 @@ class ProviderResult(msgspec.Struct, frozen=True, kw_only=True):
     attempts: int = 1
     latency_ms: float = 0.0
     may_have_billed: bool = False
+    unknown_fate_attempts: int = 0
 
 
 class Provider(Protocol):

@@ -1,0 +1,438 @@
+"""A fake OpenAI- and Anthropic-compatible provider, served for real on loopback.
+
+``shadowtrial demo`` runs it as the incumbent, candidate and judge; the tests
+run it on port 0 and point real clients at it::
+
+    async with FakeProvider({"cand": FakeModel(quality=0.7)}, seed=1) as fp:
+        ...  # POST fp.base_url + "/chat/completions"
+        assert fp.calls["cand"] == 1
+
+Each model's behaviour is a :class:`FakeModel`: a planted answer quality, a
+latency range, fault rates, an exact fault ``script`` for its first calls, and
+for judges the label behaviour. Everything random is drawn from one RNG per
+model seeded from ``(seed, model)``, and a request draws everything it needs
+before its first await, so sequential calls are exactly reproducible.
+
+Generation answers embed a hidden quality marker ``⟨q=0.734⟩``. A judge model
+reads the markers of the last user message that has them (first = answer A,
+second = B) and ends a short rationale with one label ``[[A>>B]]``, ``[[A>B]]``,
+``[[A=B]]``, ``[[B>A]]`` or ``[[B>>A]]``; with fewer than two markers it says
+``[[A=B]]``.
+
+Faults (also the words of ``script``): ``ok``, ``429`` (with ``Retry-After``),
+``500``, ``502``, ``503``, ``504``, ``timeout`` (the server stalls until it is
+shut down, then drops the connection), ``reset`` (the connection is aborted
+without an answer), ``malformed`` (200 with invalid JSON); for judges also
+``no_label``, ``conflicting`` and ``bias`` (answers, but with that label fault).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from aiohttp import web
+
+TRANSPORT_FAULTS = ("ok", "429", "500", "502", "503", "504", "timeout", "reset", "malformed")
+JUDGE_FAULTS = ("no_label", "conflicting", "bias")
+MARKER_RE = re.compile(r"⟨q=([0-9]*\.?[0-9]+)⟩")
+
+_FILLER = (
+    "the answer considers context constraints and the likely intent then weighs each option "
+    "against the evidence before settling on a recommendation with caveats where needed"
+).split()
+_STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+Shape = Literal["openai", "anthropic"]
+
+
+@dataclass
+class FakeModel:
+    """How one fake model behaves. Rates are probabilities per call, in [0, 1].
+
+    ``quality`` (± ``quality_noise``, Gaussian, clamped to [0, 1]) is planted in
+    each answer as ``⟨q=…⟩``; the filler after it is ``filler_words`` words long
+    (uniform). ``latency_ms`` is a uniform range the server waits before
+    answering. The fault rates together must not exceed 1; ``script`` overrides
+    the draw for this model's first ``len(script)`` calls. When a request has
+    tools and ``tool_choice`` is ``"required"`` or names a function, the answer
+    also calls that tool (the first one for ``"required"``) with
+    ``tool_arguments``.
+
+    Judge knobs (``judge=True``): a tie below ``tie_margin`` of quality gap, a
+    strong preference (``>>``) at ``strong_margin`` or more; ``rate_no_label``
+    (a reply without a label), replaced by ``rate_no_label_retry`` when the
+    conversation already has an assistant turn (the judge's "label only,
+    please" retry); ``rate_conflicting_labels`` (two different labels);
+    ``position_bias`` (just says ``[[A>B]]``).
+    """
+
+    quality: float = 0.5
+    quality_noise: float = 0.05
+    latency_ms: tuple[float, float] = (0.0, 0.0)
+    filler_words: tuple[int, int] = (5, 40)
+    rate_429: float = 0.0
+    retry_after_s: float = 1.0
+    rate_500: float = 0.0
+    rate_503: float = 0.0
+    rate_timeout: float = 0.0
+    rate_reset: float = 0.0
+    rate_malformed: float = 0.0
+    script: list[str] = field(default_factory=list)
+    tool_arguments: dict[str, Any] = field(default_factory=dict)
+    judge: bool = False
+    tie_margin: float = 0.05
+    strong_margin: float = 0.25
+    rate_no_label: float = 0.0
+    rate_no_label_retry: float = 0.0
+    rate_conflicting_labels: float = 0.0
+    position_bias: float = 0.0
+
+    def __post_init__(self) -> None:
+        rates = self._fault_rates()
+        judge_rates = (self.rate_no_label, self.rate_no_label_retry, self.rate_conflicting_labels, self.position_bias)
+        if any(not 0.0 <= r <= 1.0 for r in (*rates.values(), *judge_rates)):
+            raise ValueError("FakeModel rates must lie in [0, 1]")
+        if sum(rates.values()) > 1.0:
+            raise ValueError("FakeModel fault rates add up to more than 1")
+        unknown = [s for s in self.script if s not in TRANSPORT_FAULTS + JUDGE_FAULTS]
+        if unknown:
+            raise ValueError(f"unknown script entries {unknown}; known: {TRANSPORT_FAULTS + JUDGE_FAULTS}")
+
+    def _fault_rates(self) -> dict[str, float]:
+        return {
+            "429": self.rate_429,
+            "500": self.rate_500,
+            "503": self.rate_503,
+            "timeout": self.rate_timeout,
+            "reset": self.rate_reset,
+            "malformed": self.rate_malformed,
+        }
+
+    def draw_fault(self, rng: random.Random) -> str:
+        """One call's transport fault from the rates (``"ok"`` most of the time)."""
+        u = rng.random()
+        for fault, rate in self._fault_rates().items():
+            if u < rate:
+                return fault
+            u -= rate
+        return "ok"
+
+
+class RecordedRequest(NamedTuple):
+    """One call as the server saw it: the model asked for, headers, parsed JSON body."""
+
+    model: str | None
+    headers: dict[str, str]
+    body: Any
+
+
+class _Answer(NamedTuple):
+    text: str
+    tool: tuple[str, dict[str, Any]] | None
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, Any]], forced: str | None) -> str:
+    """The fake judge's reply to ``messages`` (see the module docstring)."""
+    retry = any(m.get("role") == "assistant" for m in messages)
+    u_no_label, u_bias, u_conflict = rng.random(), rng.random(), rng.random()
+    no_label_rate = spec.rate_no_label_retry if retry else spec.rate_no_label
+    if forced == "no_label" or (forced is None and u_no_label < no_label_rate):
+        return "Both answers have merit; weighing them carefully, it is hard to decide."
+    markers: list[float] = []
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            markers = [float(q) for q in MARKER_RE.findall(_text_of(message.get("content")))]
+            if markers:
+                break
+    if forced == "bias" or (forced is None and u_bias < spec.position_bias):
+        label, why = "A>B", "Assistant A's answer comes first and reads well."
+    elif len(markers) < 2:
+        label, why = "A=B", "I cannot tell the two answers apart."
+    else:
+        gap = markers[0] - markers[1]
+        better = "A" if gap > 0 else "B"
+        worse = "B" if gap > 0 else "A"
+        if abs(gap) < spec.tie_margin:
+            label, why = "A=B", "Both answers are about equally good."
+        elif abs(gap) >= spec.strong_margin:
+            label, why = f"{better}>>{worse}", f"Assistant {better}'s answer is much better."
+        else:
+            label, why = f"{better}>{worse}", f"Assistant {better}'s answer is somewhat better."
+    if forced == "conflicting" or (forced is None and u_conflict < spec.rate_conflicting_labels):
+        other = "B>A" if label in ("A>>B", "A>B", "A=B") else "A>B"
+        return f"{why} Verdict: [[{label}]]. On reflection, perhaps [[{other}]]."
+    return f"{why} Verdict: [[{label}]]"
+
+
+def _generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+    q = min(1.0, max(0.0, rng.gauss(spec.quality, spec.quality_noise)))
+    n = rng.randint(*spec.filler_words)
+    filler = " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
+    return f"Answer from {model} ⟨q={q:.3f}⟩ {filler}".rstrip()
+
+
+def _requested_tool(params: Mapping[str, Any]) -> str | None:
+    tools = params.get("tools") or []
+    choice = params.get("tool_choice")
+    if isinstance(choice, dict):
+        # OpenAI {"function": {"name"}}, Anthropic {"type": "tool", "name"} or {"type": "any"}
+        named = choice.get("function", {}).get("name") or choice.get("name")
+        if named:
+            return str(named)
+        choice = choice.get("type")
+    if choice in ("required", "any") and tools:
+        first = tools[0]
+        name = first.get("function", first).get("name")
+        return str(name) if name else None
+    return None
+
+
+def make_answer(
+    model: str,
+    spec: FakeModel,
+    rng: random.Random,
+    messages: list[dict[str, Any]],
+    params: Mapping[str, Any],
+    forced: str | None,
+    prompt_bytes: int,
+) -> _Answer:
+    """Text, tool call and usage for one successful call; truncated to ``max_tokens``."""
+    text = judge_reply(spec, rng, messages, forced) if spec.judge else _generation_text(model, spec, rng)
+    tool_name = _requested_tool(params)
+    tool = (tool_name, dict(spec.tool_arguments)) if tool_name else None
+    size = len(text.encode()) + (len(json.dumps(tool[1])) + len(tool[0]) if tool else 0)
+    out_tokens = max(1, math.ceil(size / 4))
+    finish = "tool_calls" if tool else "stop"
+    limit = params.get("max_tokens", params.get("max_completion_tokens"))
+    if isinstance(limit, int) and 0 < limit < out_tokens:
+        text = text.encode()[: limit * 4].decode(errors="ignore")
+        tool, out_tokens, finish = None, limit, "length"
+    return _Answer(text, tool, finish, max(1, prompt_bytes // 4), out_tokens)
+
+
+def _openai_body(model: str, n: int, a: _Answer) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": a.text}
+    if a.tool:
+        message["tool_calls"] = [
+            {"id": f"call_{n}", "type": "function",
+             "function": {"name": a.tool[0], "arguments": json.dumps(a.tool[1], separators=(",", ":"))}}
+        ]
+    return {
+        "id": f"chatcmpl-fake-{n}", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": a.finish_reason}],
+        "usage": {"prompt_tokens": a.input_tokens, "completion_tokens": a.output_tokens,
+                  "total_tokens": a.input_tokens + a.output_tokens},
+    }
+
+
+def _anthropic_body(model: str, n: int, a: _Answer) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": a.text}]
+    if a.tool:
+        content.append({"type": "tool_use", "id": f"toolu_{n}", "name": a.tool[0], "input": a.tool[1]})
+    return {
+        "id": f"msg_fake_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
+        "stop_reason": _STOP_REASONS[a.finish_reason], "stop_sequence": None,
+        "usage": {"input_tokens": a.input_tokens, "output_tokens": a.output_tokens},
+    }
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": "fake_error", "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+class FakeProvider:
+    """The fake upstream as an async context manager (see the module docstring).
+
+    Entering starts an aiohttp server on ``host:port`` (port 0 picks a free
+    one); leaving ends every stalled ``timeout`` call (its connection is
+    dropped) and shuts the server down, so no test hangs on a stall.
+    ``calls`` counts every request per requested model, faulted or not, known
+    or not (a 404 for unknown models); ``requests`` keeps each one as a
+    :class:`RecordedRequest`. ``models`` may be changed while running. With
+    ``api_key`` set, requests without that key (Bearer or ``x-api-key``) get 401.
+    """
+
+    def __init__(
+        self,
+        models: Mapping[str, FakeModel],
+        *,
+        seed: int = 0,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.models: dict[str, FakeModel] = dict(models)
+        self.calls: Counter[str | None] = Counter()
+        self.requests: list[RecordedRequest] = []
+        self._seed = seed
+        self._api_key = api_key
+        self._host = host
+        self._port = port
+        self._rngs: dict[str, random.Random] = {}
+        self._stopping = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._bound: int | None = None
+
+    def __repr__(self) -> str:
+        return f"FakeProvider(models={sorted(self.models)}, url={self.root_url if self._bound else None!r})"
+
+    @property
+    def root_url(self) -> str:
+        """``http://host:port``: the base URL for an Anthropic client."""
+        if self._bound is None:
+            raise RuntimeError("FakeProvider is not running")
+        return f"http://{self._host}:{self._bound}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port/v1``: the base URL for an OpenAI client."""
+        return f"{self.root_url}/v1"
+
+    def make_app(self) -> web.Application:
+        """The aiohttp app, for callers that run it under their own runner."""
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_get("/v1/models", self._list_models)
+        return app
+
+    async def start(self) -> None:
+        """Start serving; ``base_url`` is valid afterwards."""
+        self._stopping.clear()
+        self._runner = web.AppRunner(self.make_app(), access_log=None, shutdown_timeout=5.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port, backlog=1024)
+        await site.start()
+        self._bound = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Release stalled calls, then stop the server. Idempotent."""
+        self._stopping.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> FakeProvider:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def _rng(self, model: str) -> random.Random:
+        rng = self._rngs.get(model)
+        if rng is None:
+            rng = self._rngs[model] = random.Random(f"{self._seed}:{model}")
+        return rng
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "openai")
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "anthropic")
+
+    def _authorised(self, request: web.Request) -> bool:
+        if self._api_key is None:
+            return True
+        return request.headers.get("x-api-key") == self._api_key or (
+            request.headers.get("authorization") == f"Bearer {self._api_key}"
+        )
+
+    async def _serve(self, request: web.Request, shape: Shape) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return _error(400, "body is not JSON")
+        model = body.get("model") if isinstance(body, dict) else None
+        index = self.calls[model]
+        self.calls[model] += 1
+        self.requests.append(RecordedRequest(model, dict(request.headers), body))
+        if not self._authorised(request):
+            return _error(401, "invalid api key")
+        spec = self.models.get(model) if isinstance(model, str) else None
+        if spec is None or not isinstance(model, str):
+            return _error(404, f"model {model!r} not found")
+        problem = _validate(body, shape)
+        if problem:
+            return _error(400, problem)
+
+        # Draw everything before the first await: reproducible under sequential use.
+        rng = self._rng(model)
+        fault = spec.script[index] if index < len(spec.script) else spec.draw_fault(rng)
+        delay = rng.uniform(*spec.latency_ms) / 1000.0
+        answer = None
+        if fault in ("ok", *JUDGE_FAULTS):
+            messages = list(body["messages"])
+            if shape == "anthropic" and body.get("system"):
+                messages.insert(0, {"role": "system", "content": body["system"]})
+            prompt_bytes = len(json.dumps(messages, ensure_ascii=False).encode())
+            forced = fault if fault in JUDGE_FAULTS else None
+            answer = make_answer(model, spec, rng, messages, body, forced, prompt_bytes)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return await self._respond(request, shape, model, fault, answer, spec, index)
+
+    async def _respond(
+        self,
+        request: web.Request,
+        shape: Shape,
+        model: str,
+        fault: str,
+        answer: _Answer | None,
+        spec: FakeModel,
+        index: int,
+    ) -> web.StreamResponse:
+        if answer is not None:
+            make = _anthropic_body if shape == "anthropic" else _openai_body
+            return web.json_response(make(model, index, answer))
+        if fault == "429":
+            retry_after = spec.retry_after_s
+            value = str(int(retry_after)) if float(retry_after).is_integer() else f"{retry_after:g}"
+            return _error(429, "rate limited", {"Retry-After": value})
+        if fault in ("500", "502", "503", "504"):
+            return _error(int(fault), f"fake {fault}")
+        if fault == "malformed":
+            return web.Response(status=200, body=b'{"choices": [{"message": ', content_type="application/json")
+        if fault == "timeout":
+            await self._stopping.wait()
+        # "reset", or a stall ended by shutdown: drop the connection without an answer.
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=204)
+
+
+def _validate(body: Any, shape: Shape) -> str | None:
+    """A 400 message for a body the real API would reject, else None."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        return "messages must be a non-empty list"
+    if not all(isinstance(m, dict) for m in body["messages"]):
+        return "each message must be an object"
+    if shape == "anthropic":
+        if not isinstance(body.get("max_tokens"), int):
+            return "max_tokens: field required"
+        if any(m.get("role") not in ("user", "assistant") for m in body["messages"]):
+            return "messages: roles must be 'user' or 'assistant' (system goes top-level)"
+    return None
