@@ -1,0 +1,204 @@
+"""The watch detector: a one-sided Bernoulli CUSUM on "old model wins".
+
+After a promotion, the replaced model keeps answering a small sample of traffic
+as a sentinel, judged against the new incumbent's served answers. Each judged
+case is an observation: ``old_wins``, ``new_wins`` or ``tie``. Ties count as
+judged cases but carry no information about who is better and leave the
+statistic unchanged; the detector's clock is the *decisive* (non-tie) judgments.
+
+In control the old model wins a decisive judgment with probability p0 (the
+baseline from the promotion evidence, capped at parity); the detector looks for
+p1 = p0 + shift (default 0.10). Page's CUSUM accumulates the log-likelihood
+ratio of each decisive judgment,
+
+    old wins: log(p1 / p0)         new wins: log((1 - p1) / (1 - p0)),
+
+as S_t = max(0, S_{t-1} + llr_t), and alarms when S_t >= h, but never before
+``min_judged`` (default 30) judged cases.
+
+The increments are rounded to a lattice (``unit``; ``up`` and ``down`` steps)
+so the statistic is an integer: stored state is exact, and the in-control
+average run length (ARL0) of the detector *as run* is computed exactly by
+solving the Markov chain on the lattice. :func:`design` picks the smallest
+threshold whose ARL0 (in decisive judgments, ignoring the minimum, which only
+delays alarms) is at least ``target_arl0`` (default 10,000). Counting ties too,
+the false-alarm interval in judgments is longer still.
+
+A fired detector stays fired: further observations are counted but change
+neither the statistic nor ``fired_at``. Re-arming is a new state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+Observation = Literal["old_wins", "new_wins", "tie"]
+
+
+@dataclass(frozen=True, slots=True)
+class CusumDesign:
+    """The detector's fixed parameters (stored with the watch)."""
+
+    baseline: float
+    alternative: float
+    unit: float
+    up: int
+    down: int
+    threshold: int
+    min_judged: int
+    arl0: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CusumDesign:
+        return cls(
+            baseline=float(data["baseline"]),
+            alternative=float(data["alternative"]),
+            unit=float(data["unit"]),
+            up=int(data["up"]),
+            down=int(data["down"]),
+            threshold=int(data["threshold"]),
+            min_judged=int(data["min_judged"]),
+            arl0=float(data["arl0"]),
+        )
+
+    @property
+    def threshold_llr(self) -> float:
+        """The threshold h in log-likelihood-ratio units."""
+        return self.threshold * self.unit
+
+
+@dataclass(frozen=True, slots=True)
+class CusumState:
+    """The detector's running state: small, integer, storable and resumable.
+
+    ``statistic`` is S_t in lattice units; ``judged`` counts every observation
+    (ties included); ``decisive`` the non-tie ones; ``fired_at`` is the
+    ``judged`` count at the alarm, or None.
+    """
+
+    statistic: int = 0
+    judged: int = 0
+    decisive: int = 0
+    fired_at: int | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.fired_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CusumState:
+        fired = data.get("fired_at")
+        return cls(
+            statistic=int(data["statistic"]),
+            judged=int(data["judged"]),
+            decisive=int(data["decisive"]),
+            fired_at=None if fired is None else int(fired),
+        )
+
+
+def baseline_from_promotion(incumbent_wins: int, candidate_wins: int) -> float:
+    """p0 from the promotion trial: the replaced incumbent's share of decisive wins.
+
+    Capped at parity (0.5) and floored at 0.01; with no decisive judgment, 0.5.
+    """
+    total = incumbent_wins + candidate_wins
+    if incumbent_wins < 0 or candidate_wins < 0:
+        raise ValueError("win counts cannot be negative")
+    if total == 0:
+        return 0.5
+    return min(0.5, max(0.01, incumbent_wins / total))
+
+
+def _steps(p0: float, p1: float, resolution: int) -> tuple[float, int, int]:
+    a = math.log(p1 / p0)
+    b = -math.log((1 - p1) / (1 - p0))
+    unit = (a + b) / resolution
+    return unit, max(1, round(a / unit)), max(1, round(b / unit))
+
+
+def average_run_length(up: int, down: int, threshold: int, p: float) -> float:
+    """Exact mean number of decisive judgments to an alarm, from a zero statistic.
+
+    ``p`` is the probability that the old model wins a decisive judgment. The
+    minimum-cases rule is not included (it can only lengthen a run).
+    """
+    if threshold <= 0:
+        return 1.0
+    h = threshold
+    idx = np.arange(h)
+    q = np.zeros((h, h))
+    upto = idx + up
+    stay = upto < h
+    q[idx[stay], upto[stay]] += p
+    q[idx, np.maximum(0, idx - down)] += 1 - p
+    arl = np.linalg.solve(np.eye(h) - q, np.ones(h))
+    return float(arl[0])
+
+
+def design(
+    baseline: float,
+    *,
+    shift: float = 0.10,
+    target_arl0: float = 10_000,
+    min_judged: int = 30,
+    resolution: int = 40,
+) -> CusumDesign:
+    """Design a detector for p0 = ``baseline`` (capped at 0.5) against p0 + ``shift``."""
+    p0 = min(0.5, baseline)
+    p1 = p0 + shift
+    if not 0 < p0 < p1 < 1:
+        raise ValueError("need 0 < baseline < baseline + shift < 1")
+    if target_arl0 <= 1:
+        raise ValueError("target_arl0 must exceed 1")
+    unit, up, down = _steps(p0, p1, resolution)
+
+    def arl(h: int) -> float:
+        return average_run_length(up, down, h, p0)
+
+    hi = up
+    while arl(hi) < target_arl0:
+        hi *= 2
+    lo = 0  # arl(lo) < target (or lo is the trivial threshold)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if arl(mid) >= target_arl0:
+            hi = mid
+        else:
+            lo = mid
+    return CusumDesign(p0, p1, unit, up, down, hi, min_judged, arl(hi))
+
+
+def step(design_: CusumDesign, state: CusumState, observation: Observation) -> CusumState:
+    """The state after one more judged case."""
+    if observation not in ("old_wins", "new_wins", "tie"):
+        raise ValueError(f"unknown observation {observation!r}")
+    judged = state.judged + 1
+    decisive = state.decisive + (observation != "tie")
+    if state.fired:
+        return CusumState(state.statistic, judged, decisive, state.fired_at)
+    if observation == "old_wins":
+        stat = state.statistic + design_.up
+    elif observation == "new_wins":
+        stat = max(0, state.statistic - design_.down)
+    else:
+        stat = state.statistic
+    fired = judged if (stat >= design_.threshold and judged >= design_.min_judged) else None
+    return CusumState(stat, judged, decisive, fired)
+
+
+def run(design_: CusumDesign, state: CusumState, observations: Iterable[Observation]) -> CusumState:
+    """Apply :func:`step` to each observation in order."""
+    for obs in observations:
+        state = step(design_, state, obs)
+    return state

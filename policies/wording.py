@@ -1,0 +1,69 @@
+"""What a verdict code reads as, in two tables that no function mixes.
+
+Traffic evidence (trials, replay trials) may promote, so its words speak of
+adoption. Corpus evidence (experiments) never may (product rule 6): its table
+has no adoption words at all, so no argument to :func:`corpus_wording` can
+produce "Adoptable". The tables are read-only mappings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from policies.verdict import VerdictCode
+
+ADOPTABLE = "Adoptable"
+ADOPTED = "Adopted"
+
+TRAFFIC_WORDING: Mapping[str, str] = MappingProxyType(
+    {
+        "candidate_better": ADOPTABLE,
+        "equivalent": ADOPTABLE,
+        "regression": "Rejected",
+        "inconclusive": "Collecting",
+    }
+)
+TRAFFIC_ENDED_INCONCLUSIVE = "Inconclusive"
+
+CORPUS_WORDING: Mapping[str, str] = MappingProxyType(
+    {
+        "candidate_better": "Candidate ahead",
+        "equivalent": "Parity",
+        "regression": "Candidate behind",
+        "inconclusive": "Inconclusive",
+    }
+)
+
+
+def _check(code: str) -> None:
+    if code not in TRAFFIC_WORDING:
+        raise ValueError(f"unknown verdict code {code!r}")
+
+
+def is_adoptable(code: VerdictCode) -> bool:
+    """Whether a *traffic* verdict allows promotion (better or equivalent)."""
+    _check(code)
+    return TRAFFIC_WORDING[code] == ADOPTABLE
+
+
+def traffic_wording(code: VerdictCode, *, ended: bool, promoted: bool) -> str:
+    """The label of a traffic verdict.
+
+    ``promoted`` wins: a promoted trial reads "Adopted" (promotion is a fact of
+    the trial, and only an Adoptable verdict could have been promoted). An
+    inconclusive trial reads "Collecting" while running and "Inconclusive"
+    once ``ended``.
+    """
+    _check(code)
+    if promoted:
+        return ADOPTED
+    if code == "inconclusive" and ended:
+        return TRAFFIC_ENDED_INCONCLUSIVE
+    return TRAFFIC_WORDING[code]
+
+
+def corpus_wording(code: VerdictCode) -> str:
+    """The label of a corpus (experiment) verdict; never an adoption word."""
+    _check(code)
+    return CORPUS_WORDING[code]

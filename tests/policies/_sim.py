@@ -1,0 +1,65 @@
+"""Seeded simulations shared by the statistics tests (vectorised with numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from policies import confseq
+
+# Distinct case scores a simulated case can take (one judgment, or two when audited).
+VALUES = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
+
+
+def simulate_case_scores(
+    rng: np.random.Generator,
+    trials: int,
+    cases: int,
+    *,
+    win_rate: float,
+    tie_share: float = 0.3,
+    audit_share: float = 0.1,
+) -> np.ndarray:
+    """Case scores, shape (trials, cases).
+
+    Each judgment is +1 with probability win_rate - tie_share / 2, 0 with
+    tie_share, -1 otherwise, so the expected score is 2 * win_rate - 1. An
+    ``audit_share`` of cases carries a second (swapped-order) judgment and
+    scores the mean of the two.
+    """
+    p_plus = win_rate - tie_share / 2
+    if not (0 <= p_plus and p_plus + tie_share <= 1):
+        raise ValueError("inconsistent win_rate and tie_share")
+
+    def judgments() -> np.ndarray:
+        u = rng.random((trials, cases))
+        return np.where(u < p_plus, 1.0, np.where(u < p_plus + tie_share, 0.0, -1.0))
+
+    first = judgments()
+    second = judgments()
+    audited = rng.random((trials, cases)) < audit_share
+    return np.where(audited, (first + second) / 2, first)
+
+
+def sequence_verdicts(
+    x: np.ndarray, *, delta: float = 0.05, min_cases: int = 20, alpha: float = 0.05, expected_cases: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """(better, regression) boolean arrays after every case, decided from the confidence sequence.
+
+    Mirrors ``policies.verdict.decide`` on the win-rate scale (checked against
+    ``evaluate`` by the tests).
+    """
+    lo, hi = confseq.running_bounds(x, alpha=alpha, expected_cases=expected_cases)
+    lo = np.maximum(-1.0, lo)
+    hi = np.minimum(1.0, hi)
+    wlo, whi = (1 + lo) / 2, (1 + hi) / 2
+    enough = np.arange(1, x.shape[-1] + 1) >= min_cases
+    better = enough & (wlo > 0.5)
+    equivalent = (wlo >= 0.5 - delta) & (whi <= 0.5 + delta)
+    regression = enough & ~better & ~equivalent & (whi < 0.5)
+    return better, regression
+
+
+def first_true(mask: np.ndarray) -> np.ndarray:
+    """Per row, the 1-based case count of the first True, or 0 when none."""
+    hit = mask.any(axis=-1)
+    return np.where(hit, mask.argmax(axis=-1) + 1, 0)
