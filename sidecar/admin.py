@@ -1,0 +1,147 @@
+"""The admin API: trials, live view, health, and the OpenAPI document.
+
+Errors always have the shape ``{"error": {"code", "message", "field"}}``; one
+middleware maps :class:`sidecar.errors.ApiError` subclasses to their status.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from sidecar.errors import ApiError, BadRequest
+from sidecar.openapi import openapi_document
+from sidecar.runtime import RUNTIME
+from sidecar.store.errors import IdempotencyConflict
+from sidecar.trials import decode_create
+from sidecar.views import evaluation, spend_view, summary, trial_view, verdict_view
+from sidecar.wire import encode
+
+log = logging.getLogger("shadowtrial.admin")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=encode(data), content_type="application/json")
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> web.Response:
+    return _json({"error": {"code": code, "message": message, "field": field}}, status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error(exc.status, exc.code, exc.message, exc.field)
+    except IdempotencyConflict as exc:
+        return _error(409, "request_key_conflict", str(exc), None)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, "body_too_large", "request body too large")
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+        raise
+
+
+async def create_trial(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    raw = await request.read()
+    body = decode_create(raw)
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not (1 <= len(key) <= 255):
+        raise BadRequest("Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    # The key's fingerprint is the decoded body re-encoded (fields in schema order, defaults
+    # filled in), so a retry that serialises the same request differently is still the same.
+    record, created = await rt.create_trial(body, encode(body), key)
+    view = await trial_view(rt, record)
+    return _json(view, 201 if created else 200)
+
+
+async def list_trials(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    status = request.query.get("status")
+    team = request.query.get("team")
+    records = await rt.store.list_trials(teams=[team] if team else None, status=status)
+    items = []
+    for r in records:
+        item = summary(r)
+        ev = await evaluation(rt, r)
+        item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
+        item["spend"] = spend_view(r)
+        items.append(item)
+    return _json({"trials": items})
+
+
+async def get_trial(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    record = await rt.get_trial(request.match_info["trial_id"])
+    return _json(await trial_view(rt, record))
+
+
+async def stop_trial(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    record = await rt.stop_trial(request.match_info["trial_id"])
+    return _json(await trial_view(rt, record))
+
+
+async def live(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    running = []
+    for t in rt.registry.running():
+        record = await rt.get_trial(t.id)
+        ev = await evaluation(rt, record)
+        item = summary(record)
+        item["verdict"] = verdict_view(record, ev)
+        item["spend"] = spend_view(record)
+        running.append(item)
+    totals = await rt.store.total_spend()
+    return _json(
+        {
+            "alerts": [],
+            "running_trials": running,
+            "watches": [],
+            "evaluation_spend": {
+                "known_micros": totals["known"],
+                "charged_micros": totals["spent"],
+                "reserved_micros": totals["reserved"],
+                "unknown_calls": totals["unknown_calls"],
+                "note": "evaluation spend is reported beside the gateway's metered spend, never summed into it",
+            },
+            "intake": {"depth": rt.intake.depth, "capacity": rt.intake.maxsize, "in_flight": rt.engine.in_flight},
+            "counters": dict(rt.counters),
+        }
+    )
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    if not rt.ready:
+        return _error(503, "not_ready", "starting or stopping")
+    return _json({"status": "ready"})
+
+
+async def openapi(_request: web.Request) -> web.Response:
+    return _json(openapi_document())
+
+
+def admin_app(rt: Any) -> web.Application:
+    app = web.Application(middlewares=[errors_middleware], client_max_size=1 << 20)
+    app[RUNTIME] = rt
+    app.router.add_post("/v1/trials", create_trial)
+    app.router.add_get("/v1/trials", list_trials)
+    app.router.add_get("/v1/trials/{trial_id}", get_trial)
+    app.router.add_post("/v1/trials/{trial_id}/stop", stop_trial)
+    app.router.add_get("/v1/live", live)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/openapi.json", openapi)
+    return app

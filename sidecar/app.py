@@ -1,0 +1,100 @@
+"""The process: two listeners (tap, admin) around one runtime, started and
+stopped in order.
+
+Shutdown order (SIGTERM, SIGINT, or leaving the context manager): stop the tap
+accepting, drain in-flight cases within ``engine.drain_seconds``, flush the
+funnel, close provider clients and the store, then the admin listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from aiohttp import web
+
+from sidecar.admin import admin_app
+from sidecar.config import Config
+from sidecar.runtime import Runtime
+from sidecar.tap import tap_app
+
+log = logging.getLogger("shadowtrial")
+
+
+def _split(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Sidecar:
+    """``async with Sidecar(config) as sc:`` — a running sidecar.
+
+    ``sc.tap_url`` and ``sc.admin_url`` are the real bound addresses (port 0 in
+    the config binds a free port).
+    """
+
+    def __init__(self, config: Config, **runtime_kw: Any) -> None:
+        self.runtime = Runtime(config, **runtime_kw)
+        self._tap_runner: web.AppRunner | None = None
+        self._admin_runner: web.AppRunner | None = None
+        self.tap_url = ""
+        self.admin_url = ""
+
+    async def start(self) -> None:
+        await self.runtime.start()
+        cfg = self.runtime.config
+        self._admin_runner = web.AppRunner(admin_app(self.runtime), access_log=None)
+        await self._admin_runner.setup()
+        host, port = _split(cfg.admin.listen)
+        admin_site = web.TCPSite(self._admin_runner, host, port)
+        await admin_site.start()
+        self.admin_url = _url(self._admin_runner)
+        self._tap_runner = web.AppRunner(tap_app(self.runtime), access_log=None)
+        await self._tap_runner.setup()
+        host, port = _split(cfg.tap.listen)
+        tap_site = web.TCPSite(self._tap_runner, host, port)
+        await tap_site.start()
+        self.tap_url = _url(self._tap_runner)
+        log.info("tap listening on %s, admin on %s", self.tap_url, self.admin_url)
+
+    async def stop(self) -> None:
+        if self._tap_runner is not None:
+            await self._tap_runner.cleanup()  # stop accepting exchanges first
+            self._tap_runner = None
+        await self.runtime.stop()
+        if self._admin_runner is not None:
+            await self._admin_runner.cleanup()
+            self._admin_runner = None
+
+    async def __aenter__(self) -> Sidecar:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _url(runner: web.AppRunner) -> str:
+    addrs = runner.addresses
+    host, port = addrs[0][0], addrs[0][1]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+async def serve(config: Config) -> None:
+    """Run until SIGTERM or SIGINT, then shut down in order."""
+    sidecar = Sidecar(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await sidecar.start()
+    print(f"shadowtrial: tap {sidecar.tap_url}  admin {sidecar.admin_url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await sidecar.stop()

@@ -1,0 +1,218 @@
+"""``shadowtrial demo``: the whole loop in one command, on simulated models.
+
+A fake OpenAI-compatible provider on loopback plays the incumbent, the
+candidate (with a planted quality gap and a lower list price) and the judge; a
+traffic generator plays the gateway — it calls the incumbent itself, as the
+gateway would for real users, and hands copies of the served exchanges to the
+tap. The sidecar runs on a temporary SQLite file with the real config loader,
+tap, engine, judge and admin API. Nothing leaves the machine; no API key is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import tempfile
+import time
+from typing import Any
+
+import httpx
+
+from sidecar.app import Sidecar
+from sidecar.config import load_config
+from sidecar.fake_provider import FakeModel, FakeProvider
+from sidecar.render import pct, render_trial, table, usd
+
+INCUMBENT = "sim-incumbent-large"
+CANDIDATE = "sim-candidate-small"
+JUDGE = "sim-judge"
+
+CONFIG = """
+[tap]
+listen = "127.0.0.1:0"
+[admin]
+listen = "127.0.0.1:0"
+[store]
+path = "{db}"
+[engine]
+workers = 16
+drain_seconds = 5.0
+[judge]
+model = "{judge}"
+max_tokens = 256
+[providers.sim]
+kind = "openai"
+base_url = "{base_url}"
+timeout_s = 10.0
+deadline_s = 20.0
+[models.{incumbent}]
+provider = "sim"
+input_price_per_mtok = 2.50
+output_price_per_mtok = 10.00
+[models.{candidate}]
+provider = "sim"
+input_price_per_mtok = 0.40
+output_price_per_mtok = 1.60
+[models.{judge}]
+provider = "sim"
+input_price_per_mtok = 1.00
+output_price_per_mtok = 4.00
+"""
+
+TOPICS = [
+    "Summarise the attached incident report for an executive.",
+    "Write a SQL query that finds duplicate customer emails.",
+    "Explain the difference between a mutex and a semaphore.",
+    "Draft a polite reply declining a meeting invitation.",
+    "What are the trade-offs of server-side rendering?",
+    "Translate 'the invoice is overdue' into French and German.",
+    "Suggest three names for a hiking app.",
+    "How do I rotate a Kubernetes secret without downtime?",
+]
+
+
+class _Screen:
+    """Progress on the terminal: one updating line on a TTY, a line every 2 s otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self._last = 0.0
+
+    def update(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r\033[K" + text)
+            sys.stdout.flush()
+        elif time.monotonic() - self._last >= 2.0:
+            print(text, flush=True)
+            self._last = time.monotonic()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stdout.write("\n")
+
+
+async def _gateway(
+    fake: FakeProvider, tap_url: str, n: int, seed: int, stop: asyncio.Event, sent: list[int]
+) -> None:
+    """Serve ``n`` simulated user requests from the incumbent and tap copies of them."""
+    rng = random.Random(seed)
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        sem = asyncio.Semaphore(16)
+
+        async def serve_one(i: int) -> dict[str, Any]:
+            async with sem:
+                messages = [{"role": "user", "content": f"{rng.choice(TOPICS)} (request {i})"}]
+                t0 = time.monotonic()
+                r = await client.post(f"{fake.base_url}/chat/completions",
+                                      json={"model": INCUMBENT, "messages": messages, "max_tokens": 400})
+                body = r.json()
+                latency = (time.monotonic() - t0) * 1000
+                return {
+                    "exchange_id": f"demo-{seed}-{i}",
+                    "team": "demo-team",
+                    "gateway": "demo-gateway",
+                    "model": INCUMBENT,
+                    "request": {"messages": messages, "params": {"max_tokens": 400, "temperature": 0.2}},
+                    "response": {
+                        "content": body["choices"][0]["message"]["content"],
+                        "finish_reason": body["choices"][0]["finish_reason"],
+                        "usage": {"input_tokens": body["usage"]["prompt_tokens"],
+                                  "output_tokens": body["usage"]["completion_tokens"]},
+                    },
+                    "latency_ms": latency,
+                }
+
+        batch = 32
+        for start in range(0, n, batch):
+            if stop.is_set():
+                return
+            exchanges = await asyncio.gather(*(serve_one(i) for i in range(start, min(n, start + batch))))
+            await client.post(f"{tap_url}/v1/exchanges", json=list(exchanges))
+            sent[0] += len(exchanges)
+
+
+async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0) -> int:
+    print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.\n")
+    models = {
+        INCUMBENT: FakeModel(quality=0.55, quality_noise=0.12, latency_ms=(30, 90), filler_words=(30, 90)),
+        CANDIDATE: FakeModel(quality=0.64, quality_noise=0.12, latency_ms=(15, 50), filler_words=(20, 70)),
+        JUDGE: FakeModel(judge=True, latency_ms=(5, 20), tie_margin=0.04, position_bias=0.03),
+    }
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="shadowtrial-demo-") as tmp:
+        async with FakeProvider(models, seed=seed) as fake:
+            path = os.path.join(tmp, "demo.toml")
+            with open(path, "w") as fh:
+                fh.write(CONFIG.format(db=os.path.join(tmp, "demo.db"), base_url=fake.base_url, incumbent=INCUMBENT,
+                                       candidate=CANDIDATE, judge=JUDGE))
+            config = load_config(path, {})
+            async with Sidecar(config) as sidecar, httpx.AsyncClient(base_url=sidecar.admin_url, timeout=30) as admin:
+                r = await admin.post("/v1/trials", json={
+                    "team": "demo-team", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+                    "spend_cap_usd": 5.0, "sample_rate": 0.5, "expected_cases": 500,
+                }, headers={"Idempotency-Key": f"demo-{seed}"})
+                r.raise_for_status()
+                trial_id = r.json()["id"]
+                print(f"trial {trial_id}: {CANDIDATE} (candidate) vs {INCUMBENT} (incumbent), sample rate 50%, cap $5\n")
+                stop = asyncio.Event()
+                sent = [0]
+                gen = asyncio.create_task(_gateway(fake, sidecar.tap_url, exchanges, seed, stop, sent))
+                screen = _Screen()
+                view: dict[str, Any] = {}
+                while True:
+                    view = (await admin.get(f"/v1/trials/{trial_id}")).json()
+                    v = view["verdict"]
+                    elapsed = time.monotonic() - started
+                    screen.update(
+                        f"{elapsed:5.1f}s  sent {sent[0]:5d}  judged {v['cases']:4d}  win rate {pct(v['win_rate']):>6}  "
+                        f"bounds {_bounds(v['decision_bounds'])}  spend {usd(view['spend']['known_micros'])}  → {v['wording']}"
+                    )
+                    decided = v["code"] != "inconclusive"
+                    if decided or view["status"] != "running" or elapsed > time_budget_s or (gen.done() and _idle(view)):
+                        break
+                    try:
+                        await asyncio.wait_for(sidecar.runtime.engine.progress.wait(), timeout=0.5)
+                    except asyncio.TimeoutError:
+                        pass
+                    sidecar.runtime.engine.progress.clear()
+                screen.done()
+                stop.set()
+                await gen
+                await admin.post(f"/v1/trials/{trial_id}/stop")
+                # Cases already dispatched finish and settle; wait for them before the final table.
+                await sidecar.runtime.intake.join()
+                view = (await admin.get(f"/v1/trials/{trial_id}")).json()
+        shadow_incumbent = sum(1 for q in fake.requests if q.model == INCUMBENT and _is_shadow(q.headers))
+        wall = time.monotonic() - started
+    print()
+    print(render_trial(view))
+    print()
+    v, p = view["verdict"], view["paired"]
+    rows = [
+        ("verdict", f"{v['wording']} ({v['code']})"),
+        ("judged cases", str(v["cases"])),
+        ("candidate win rate", pct(v["win_rate"])),
+        ("95% bootstrap interval", _bounds(v["interval"])),
+        ("anytime-valid decision bounds", _bounds(v["decision_bounds"])),
+        ("candidate cost vs incumbent", "—" if p["cost_ratio"] is None else f"{100 * p['cost_ratio']:.0f}%"),
+        ("candidate p50 latency vs incumbent", "—" if p["latency_ratio"] is None else f"{100 * p['latency_ratio']:.0f}%"),
+        ("evaluation spend (known)", f"{usd(view['spend']['known_micros'])} of {usd(view['spend']['cap_micros'])}"),
+        ("incumbent calls made by the sidecar", str(shadow_incumbent)),
+        ("wall time", f"{wall:.1f}s"),
+    ]
+    print(table(rows, ("SIMULATED MODELS — final verdict", "value")))
+    return 0 if shadow_incumbent == 0 else 1
+
+
+def _bounds(iv: dict[str, float] | None) -> str:
+    return "—" if iv is None else f"[{pct(iv['lower'])}, {pct(iv['upper'])}]"
+
+
+def _idle(view: dict[str, Any]) -> bool:
+    return view["funnel"]["in_flight"] == 0
+
+
+def _is_shadow(headers: dict[str, str]) -> bool:
+    return any(k.lower() == "x-shadowtrial-shadow" for k in headers)

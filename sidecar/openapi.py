@@ -1,0 +1,104 @@
+"""The OpenAPI document served at ``/openapi.json``.
+
+Request schemas come from the msgspec Structs themselves
+(``msgspec.json.schema_components``), so the document cannot drift from what
+the decoders accept.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from sidecar.trials import TrialCreate
+from sidecar.wire import Exchange, TapReply
+
+_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "field": {"type": ["string", "null"]},
+            },
+            "required": ["code", "message"],
+        }
+    },
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(c): {"description": "error", **_json_body(_ref("Error"))} for c in codes}
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict[str, Any]:
+    (create, exchange, reply), components = msgspec.json.schema_components(
+        [TrialCreate, Exchange, TapReply], ref_template="#/components/schemas/{name}"
+    )
+    components["Error"] = _ERROR
+    trial_id = [{"name": "trial_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    idem = [{"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "shadowtrial", "version": "0.1.0"},
+        "paths": {
+            "/v1/exchanges": {
+                "post": {
+                    "summary": "Hand over served exchanges (tap listener): one object, a JSON array, or NDJSON",
+                    "requestBody": {"content": {
+                        "application/json": {"schema": {"oneOf": [exchange, {"type": "array", "items": exchange}]}},
+                        "application/x-ndjson": {"schema": {"type": "string"}},
+                    }},
+                    "responses": {"202": {"description": "accepted", **_json_body(reply)}, **_errors(400, 401, 413)},
+                }
+            },
+            "/v1/trials": {
+                "post": {
+                    "summary": "Create a trial",
+                    "parameters": idem,
+                    "requestBody": _json_body(create),
+                    "responses": {
+                        "201": {"description": "created"},
+                        "200": {"description": "the trial first created with this Idempotency-Key"},
+                        **_errors(400, 409, 422),
+                    },
+                },
+                "get": {
+                    "summary": "List trials",
+                    "parameters": [
+                        {"name": "status", "in": "query", "schema": {"type": "string"}},
+                        {"name": "team", "in": "query", "schema": {"type": "string"}},
+                    ],
+                    "responses": {"200": {"description": "trials"}},
+                },
+            },
+            "/v1/trials/{trial_id}": {
+                "get": {"summary": "Show a trial", "parameters": trial_id,
+                        "responses": {"200": {"description": "trial"}, **_errors(404)}}
+            },
+            "/v1/trials/{trial_id}/stop": {
+                "post": {"summary": "Stop a trial", "parameters": trial_id,
+                         "responses": {"200": {"description": "trial"}, **_errors(404, 409)}}
+            },
+            "/v1/live": {"get": {"summary": "Running trials, watches, alerts, evaluation spend",
+                                 "responses": {"200": {"description": "live view"}}}},
+            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
+            "/readyz": {"get": {"summary": "Readiness", "responses": {"200": {"description": "ready"}, **_errors(503)}}},
+            "/openapi.json": {"get": {"summary": "This OpenAPI document",
+                                      "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
+        },
+        "components": {"schemas": components},
+    }

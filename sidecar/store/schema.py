@@ -1,0 +1,114 @@
+"""SQLite schema, as numbered migrations applied in order at open.
+
+Cases hold no content: prompt and answer bodies live in ``bodies_json`` only
+when the team's prompt retention is on.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the trial loop
+    """
+    CREATE TABLE trials (
+        id TEXT PRIMARY KEY,
+        team TEXT NOT NULL,
+        incumbent_model TEXT NOT NULL,
+        candidate_model TEXT NOT NULL,
+        route TEXT,
+        gateway TEXT,
+        sample_rate REAL NOT NULL,
+        cap_micros INTEGER NOT NULL,
+        expected_cases INTEGER NOT NULL,
+        delta REAL NOT NULL,
+        min_cases INTEGER NOT NULL,
+        audit_share REAL NOT NULL,
+        candidate_max_tokens INTEGER NOT NULL,
+        candidate_price_in INTEGER NOT NULL,
+        candidate_price_out INTEGER NOT NULL,
+        judge_price_in INTEGER NOT NULL,
+        judge_price_out INTEGER NOT NULL,
+        incumbent_price_in INTEGER,
+        incumbent_price_out INTEGER,
+        judge_model TEXT NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        judge_version_name TEXT NOT NULL,
+        judge_spec_json TEXT NOT NULL,
+        execution_site TEXT NOT NULL,
+        prompt_retention INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        status TEXT NOT NULL,
+        status_reason TEXT,
+        ended_at REAL,
+        spent_micros INTEGER NOT NULL DEFAULT 0,
+        known_micros INTEGER NOT NULL DEFAULT 0,
+        reserved_micros INTEGER NOT NULL DEFAULT 0,
+        unknown_calls INTEGER NOT NULL DEFAULT 0,
+        priced_calls INTEGER NOT NULL DEFAULT 0,
+        CHECK (reserved_micros >= 0)
+    );
+    CREATE TABLE cases (
+        id TEXT PRIMARY KEY,
+        trial_id TEXT NOT NULL REFERENCES trials(id),
+        exchange_id TEXT NOT NULL,
+        state TEXT NOT NULL,              -- reserved | dispatched | finished
+        outcome TEXT,
+        reserved_micros INTEGER NOT NULL,
+        charged_micros INTEGER,
+        incumbent_latency_ms REAL,
+        incumbent_output_tokens INTEGER,
+        incumbent_cost_micros INTEGER NOT NULL,
+        incumbent_cost_coverage TEXT NOT NULL,
+        candidate_cost_micros INTEGER,
+        candidate_cost_coverage TEXT,
+        judge_cost_micros INTEGER,
+        judge_cost_coverage TEXT,
+        candidate_latency_ms REAL,
+        candidate_output_tokens INTEGER,
+        score REAL,
+        error TEXT,
+        bodies_json TEXT,
+        created_at REAL NOT NULL,
+        finished_at REAL,
+        UNIQUE (trial_id, exchange_id)
+    );
+    CREATE INDEX cases_trial_outcome ON cases (trial_id, outcome);
+    CREATE INDEX cases_state ON cases (state);
+    CREATE TABLE judgments (
+        id TEXT PRIMARY KEY,
+        case_id TEXT NOT NULL REFERENCES cases(id),
+        trial_id TEXT NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        presentation_order TEXT NOT NULL,
+        is_audit INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        score INTEGER,
+        strong INTEGER NOT NULL,
+        winner_slot TEXT,
+        error TEXT,
+        longer_won INTEGER,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX judgments_trial ON judgments (trial_id);
+    CREATE TABLE funnel (
+        trial_id TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (trial_id, outcome)
+    );
+    CREATE TABLE spend_ledger (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        trial_id TEXT NOT NULL,
+        case_id TEXT,
+        kind TEXT NOT NULL,               -- reserve | top_up | release | charge | hold_unknown
+        micros INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX spend_ledger_trial ON spend_ledger (trial_id);
+    CREATE TABLE idempotency (
+        key TEXT PRIMARY KEY,
+        body_hash TEXT NOT NULL,
+        trial_id TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
+)

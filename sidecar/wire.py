@@ -1,0 +1,159 @@
+"""The tap's wire schema: an exchange the gateway already served.
+
+Gateways are newer or older than the sidecar, so unknown fields are ignored
+(msgspec's default) and every field added later gets a default. Decoders are
+built once at import of this module (no I/O) and reused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    #: Cost computed by the gateway, in US dollars, when it has one.
+    cost_usd: float | None = None
+    # OpenAI-style aliases some gateways send as-is.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    def inputs(self) -> int | None:
+        return self.input_tokens if self.input_tokens is not None else self.prompt_tokens
+
+    def outputs(self) -> int | None:
+        return self.output_tokens if self.output_tokens is not None else self.completion_tokens
+
+
+class ExchangeRequest(msgspec.Struct, frozen=True):
+    messages: list[dict[str, Any]]
+    #: temperature, max_tokens, tools, tool_choice, top_p, stop, ... passed through.
+    params: dict[str, Any] = {}
+
+
+class ExchangeResponse(msgspec.Struct, frozen=True):
+    content: str | None = None
+    finish_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class Exchange(msgspec.Struct, frozen=True):
+    """One served exchange, as the gateway hands it over."""
+
+    exchange_id: str
+    team: str
+    model: str
+    request: ExchangeRequest
+    response: ExchangeResponse
+    gateway: str = ""
+    route: str | None = None
+    served_at: str | None = None
+    latency_ms: float | None = None
+    redacted: bool = False
+
+
+class TapReply(msgspec.Struct, frozen=True):
+    accepted: int
+    sampled: int
+    shed: int
+
+
+class DecodeError(ValueError):
+    """The body is not an exchange, an array of exchanges, or NDJSON of them.
+
+    ``path`` is msgspec's JSON path of the first bad field (``$[3].request``),
+    prefixed with the line number for NDJSON.
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+_one = msgspec.json.Decoder(Exchange)
+_many = msgspec.json.Decoder(list[Exchange])
+_PATH_MARK = " - at `"
+
+
+_NAMED_FIELD = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
+_BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def split_path(message: str) -> tuple[str, str | None]:
+    """A msgspec validation message → (message without the path, JSON path of the bad field).
+
+    msgspec puts the path after the message (``Expected `str`, got `int` - at `$.team```)
+    but reports a missing or unknown field at its *parent* object, and leaves the path out
+    altogether at the root; the path returned always ends at the field itself
+    (``$[1].response``).
+    """
+    head, path = message, None
+    if _PATH_MARK in message:
+        head, _, tail = message.partition(_PATH_MARK)
+        path = tail.rstrip("`")
+    named = _NAMED_FIELD.search(head)
+    if named:
+        name = named.group(1)
+        path = (path or "$") + (f".{name}" if _BARE_NAME.fullmatch(name) else f"[{_reply_encoder.encode(name).decode()}]")
+    return head, path
+
+
+def _first_line_is_json(body: bytes) -> bool:
+    first = next((line for line in body.splitlines() if line.strip()), b"")
+    try:
+        msgspec.json.decode(first)
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def decode_exchanges(body: bytes, content_type: str = "") -> list[Exchange]:
+    """Decode one exchange, a JSON array, or NDJSON (one exchange per line).
+
+    NDJSON is recognised by its content type (``application/x-ndjson``) or,
+    failing that, by a body that is neither an object nor an array as a whole.
+    Raises :class:`DecodeError` naming the first bad field.
+    """
+    stripped = body.lstrip()
+    if not stripped:
+        raise DecodeError("empty body", None)
+    ndjson = "ndjson" in content_type or "jsonl" in content_type
+    if not ndjson:
+        try:
+            if stripped[:1] == b"[":
+                return _many.decode(body)
+            return [_one.decode(body)]
+        except msgspec.ValidationError as exc:
+            # NDJSON without the header whose *first* line is invalid fails here before the
+            # decoder reaches the second document; read it line by line so the error names
+            # the line. A pretty-printed single object does not parse line by line.
+            if stripped[:1] == b"[" or b"\n" not in stripped.rstrip() or not _first_line_is_json(stripped):
+                msg, path = split_path(str(exc))
+                raise DecodeError(msg, path) from exc
+        except msgspec.DecodeError as exc:
+            if b"\n" not in stripped.rstrip():
+                raise DecodeError(str(exc), None) from exc
+            # Several JSON documents on several lines: NDJSON without the header.
+    out: list[Exchange] = []
+    for lineno, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(_one.decode(line))
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            msg, path = split_path(str(exc))
+            raise DecodeError(f"line {lineno}: {msg}", f"line {lineno}: {path or '$'}") from exc
+    if not out:
+        raise DecodeError("empty body", None)
+    return out
+
+
+_reply_encoder = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    return _reply_encoder.encode(obj)

@@ -1,0 +1,205 @@
+"""A real sidecar beside a real fake provider, on loopback, for tests.
+
+``async with Harness(tmp_path, models=...) as h:`` starts the fake provider,
+writes a TOML config (through the real loader), starts the sidecar with its tap
+and admin listeners on port 0, and on exit checks the product rule that the
+sidecar never called the incumbent model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping
+
+import httpx
+
+from sidecar.app import Sidecar
+from sidecar.config import Config, load_config
+from sidecar.fake_provider import FakeModel, FakeProvider
+
+INCUMBENT = "inc-model"
+CANDIDATE = "cand-model"
+JUDGE = "judge-model"
+
+BASE_TOML = """
+[tap]
+listen = "127.0.0.1:0"
+queue_size = {queue_size}
+{tap_extra}
+[admin]
+listen = "127.0.0.1:0"
+[store]
+path = "{db}"
+[engine]
+workers = {workers}
+drain_seconds = {drain}
+[judge]
+model = "{judge}"
+max_tokens = 128
+[providers.fake]
+kind = "openai"
+base_url = "{base_url}"
+timeout_s = {timeout_s}
+deadline_s = 10.0
+max_retries = 2
+[models.{incumbent}]
+provider = "fake"
+input_price_per_mtok = 2.0
+output_price_per_mtok = 8.0
+[models.{candidate}]
+provider = "fake"
+input_price_per_mtok = 0.5
+output_price_per_mtok = 2.0
+[models.{judge}]
+provider = "fake"
+input_price_per_mtok = 1.0
+output_price_per_mtok = 4.0
+{extra}
+"""
+
+
+def default_models() -> dict[str, FakeModel]:
+    return {
+        INCUMBENT: FakeModel(quality=0.5),
+        CANDIDATE: FakeModel(quality=0.6),
+        JUDGE: FakeModel(judge=True),
+    }
+
+
+def write_config(
+    tmp: Path, base_url: str, *, workers: int = 8, queue_size: int = 10_000, drain: float = 5.0,
+    timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
+    max_body_bytes: int | None = None, tap_token_env: str = "",
+) -> Path:
+    """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
+    ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
+    path = tmp / "shadowtrial.toml"
+    tap_extra = ""
+    if max_body_bytes is not None:
+        tap_extra += f"max_body_bytes = {max_body_bytes}\n"
+    if tap_token_env:
+        tap_extra += f"token_env = \"{tap_token_env}\"\n"
+    path.write_text(
+        BASE_TOML.format(
+            db=tmp / db, base_url=base_url, workers=workers, queue_size=queue_size, drain=drain, timeout_s=timeout_s,
+            incumbent=INCUMBENT, candidate=CANDIDATE, judge=JUDGE, extra=extra, tap_extra=tap_extra,
+        )
+    )
+    return path
+
+
+def exchange(i: int, *, team: str = "team-a", model: str = INCUMBENT, content: str | None = None, **over: Any) -> dict[str, Any]:
+    ex: dict[str, Any] = {
+        "exchange_id": f"ex-{i}",
+        "team": team,
+        "gateway": "gw-1",
+        "model": model,
+        "request": {"messages": [{"role": "user", "content": f"question {i}"}], "params": {"max_tokens": 64}},
+        "response": {
+            "content": content if content is not None else f"incumbent answer {i} ⟨q=0.500⟩",
+            "finish_reason": "stop",
+            "usage": {"input_tokens": 12, "output_tokens": 20},
+        },
+        "served_at": "2026-11-30T00:00:00Z",
+        "latency_ms": 250.0,
+    }
+    ex.update(over)
+    return ex
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until true or the deadline passes (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await predicate():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Harness:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        models: dict[str, FakeModel] | None = None,
+        seed: int = 1,
+        environ: Mapping[str, str] | None = None,
+        **config_kw: Any,
+    ) -> None:
+        """``environ`` is what the config loader sees (secrets such as the tap token); ``config_kw`` go to
+        :func:`write_config`."""
+        self.tmp = tmp
+        self.environ: dict[str, str] = dict(environ or {})
+        self.fake = FakeProvider(models or default_models(), seed=seed)
+        self.config_kw = config_kw
+        self.sidecar: Sidecar | None = None
+        self.config: Config | None = None
+        self.admin: httpx.AsyncClient | None = None
+        self.tap: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> Harness:
+        await self.fake.start()
+        path = write_config(self.tmp, self.fake.base_url, **self.config_kw)
+        self.config = load_config(str(path), self.environ)
+        self.sidecar = Sidecar(self.config)
+        await self.sidecar.start()
+        self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0)
+        self.tap = httpx.AsyncClient(base_url=self.sidecar.tap_url, timeout=30.0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.admin and self.tap and self.sidecar
+        await self.admin.aclose()
+        await self.tap.aclose()
+        await self.sidecar.stop()
+        await self.fake.stop()
+        # Product rule 2: the incumbent's answer is reused; the sidecar never calls it.
+        assert self.fake.calls[INCUMBENT] == 0, f"the sidecar called the incumbent {self.fake.calls[INCUMBENT]} time(s)"
+
+    @property
+    def runtime(self) -> Any:
+        assert self.sidecar
+        return self.sidecar.runtime
+
+    async def create_trial(self, **over: Any) -> dict[str, Any]:
+        assert self.admin
+        body: dict[str, Any] = {
+            "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+            "spend_cap_usd": 10.0, "sample_rate": 1.0,
+        }
+        body.update(over)
+        r = await self.admin.post("/v1/trials", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    async def send(self, exchanges: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self.tap
+        r = await self.tap.post("/v1/exchanges", json=exchanges)
+        assert r.status_code == 202, r.text
+        return r.json()
+
+    async def trial(self, trial_id: str) -> dict[str, Any]:
+        assert self.admin
+        r = await self.admin.get(f"/v1/trials/{trial_id}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def settle(self, trial_id: str, expected_total: int, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the trial's funnel accounts for ``expected_total`` pairs with nothing in flight."""
+        view: dict[str, Any] = {}
+
+        async def done() -> bool:
+            nonlocal view
+            view = await self.trial(trial_id)
+            f = view["funnel"]
+            return f["total"] >= expected_total and f["in_flight"] == 0 and self.runtime.intake.depth == 0
+
+        try:
+            await wait_for(done, timeout=timeout, what=f"{expected_total} outcomes of {trial_id}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last funnel {view.get('funnel')}, queue depth {self.runtime.intake.depth}") from None
+        return view

@@ -1,0 +1,128 @@
+"""The spend cap is a ceiling: concurrency, retries and failures never take spend past it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+
+from sidecar.fake_provider import FakeModel
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+
+
+def ledger_peak(db: Path, trial_id: str) -> tuple[int, int]:
+    """Replay the spend ledger in commit order; return (peak of settled + open reservations, final)."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT kind, micros FROM spend_ledger WHERE trial_id=? ORDER BY seq", (trial_id,)).fetchall()
+    finally:
+        conn.close()
+    sign = {"reserve": 1, "top_up": 1, "release": -1, "charge": 1, "hold_unknown": 1}
+    running = peak = 0
+    for kind, micros in rows:
+        running += sign[kind] * micros
+        peak = max(peak, running)
+    return peak, running
+
+
+async def test_cap_holds_under_200_concurrent_cases(tmp_path: Path) -> None:
+    rng = random.Random(20261130)
+    models = {
+        INCUMBENT: FakeModel(),
+        CANDIDATE: FakeModel(quality=0.6, latency_ms=(20, 400), filler_words=(50, 300)),
+        JUDGE: FakeModel(judge=True, latency_ms=(5, 150), rate_no_label=0.1),
+    }
+    n = 2000
+    async with Harness(tmp_path, models=models, workers=250, queue_size=n) as h:
+        # Reservations are worst cases (about 7x the typical spend here), so a cap that
+        # lets 200+ cases reserve at once runs out after roughly 1,500 cases.
+        trial = await h.create_trial(spend_cap_usd=2.2, sample_rate=1.0)
+        cap = trial["spend"]["cap_micros"]
+        batch = []
+        for i in range(n):
+            ex = exchange(i, content="incumbent " + "word " * rng.randint(1, 100) + "⟨q=0.500⟩")
+            ex["request"]["params"]["max_tokens"] = rng.choice([16, 32, 64, 128])
+            ex["request"]["messages"][0]["content"] = f"question {i} " + "context " * rng.randint(0, 100)
+            batch.append(ex)
+
+        peak_seen = 0
+        max_in_flight = 0
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            nonlocal peak_seen, max_in_flight
+            while not stop.is_set():
+                rec = await h.runtime.store.get_trial(trial["id"])
+                peak_seen = max(peak_seen, rec.spent_micros + rec.reserved_micros)
+                max_in_flight = max(max_in_flight, h.runtime.engine.in_flight)
+                await asyncio.sleep(0.005)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.gather(*(h.send(batch[k:k + 100]) for k in range(0, n, 100)))
+        view = await h.settle(trial["id"], n, timeout=120)
+        stop.set()
+        await watcher
+
+        outcomes = view["funnel"]["outcomes"]
+        print(f"\ncap {cap} µ$: judged {outcomes['judged']}, cap_reached {outcomes['cap_reached']}, "
+              f"max in flight {max_in_flight}, charged {view['spend']['charged_micros']} µ$")
+        assert max_in_flight >= 200, "the test must really run 200 cases at once"
+        assert outcomes["cap_reached"] > 0 and outcomes["judged"] > 0, "the cap must run out midway"
+        assert view["status"] == "cap_reached"
+        assert view["spend"]["reserved_micros"] == 0
+        assert view["spend"]["charged_micros"] <= cap
+        assert peak_seen <= cap
+        peak, final = ledger_peak(tmp_path / "trials.db", trial["id"])
+        print(f"ledger peak {peak} µ$ of cap {cap} µ$, final {final} µ$")
+        assert peak <= cap
+        assert final == view["spend"]["charged_micros"]
+        # Once cap_reached, nothing more is dispatched: every candidate call belongs to a reserved case.
+        reserved_cases = sum(outcomes[o] for o in ("judged", "judge_failed", "candidate_failed")) + sum(
+            1 for c in await h.runtime.store.cases(trial["id"]) if c["outcome"] == "cap_reached"
+        )
+        assert h.fake.calls[CANDIDATE] == reserved_cases
+
+
+async def test_failures_are_counted_apart_and_unknown_cost_is_not_zero(tmp_path: Path) -> None:
+    models = {
+        INCUMBENT: FakeModel(),
+        # Timeouts may have been billed: their cost is unknown, held at the worst case.
+        CANDIDATE: FakeModel(quality=0.6, script=["timeout", "500", "timeout"] + ["ok"] * 40),
+        # The judge never gives a label, not even on the retry: every judgment is an error.
+        JUDGE: FakeModel(judge=True, rate_no_label=1.0, rate_no_label_retry=1.0),
+    }
+    async with Harness(tmp_path, models=models, workers=1, timeout_s=0.3) as h:
+        trial = await h.create_trial(sample_rate=1.0)
+        await h.send([exchange(i) for i in range(20)])
+        view = await h.settle(trial["id"], 20)
+    outcomes = view["funnel"]["outcomes"]
+    assert outcomes["candidate_failed"] == 3
+    assert outcomes["judge_failed"] == 17
+    assert outcomes["judged"] == 0
+    # A judge error is never a tie, a failed generation never a loss: nothing is scored.
+    assert view["verdict"]["cases"] == 0 and view["verdict"]["win_rate"] is None
+    assert view["verdict"]["code"] == "inconclusive"
+    health = view["judge_health"]
+    assert health["error_rate"] == 1.0 and health["tie_rate"] is None
+    spend = view["spend"]
+    assert spend["unknown_calls"] == 2
+    assert spend["coverage"] == "partial"
+    assert spend["held_for_unknown_micros"] > 0
+    # Each judgment (17 cases, audited ones twice) was asked once more for its label.
+    assert health["judgments"] >= 17
+    assert h.fake.calls[JUDGE] == 2 * health["judgments"]
+
+
+async def test_a_configured_zero_price_is_a_known_zero(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        trial = await h.create_trial(
+            sample_rate=1.0,
+            candidate_price={"input_per_mtok_usd": 0.0, "output_per_mtok_usd": 0.0},
+            judge_price={"input_per_mtok_usd": 0.0, "output_per_mtok_usd": 0.0},
+        )
+        await h.send([exchange(i) for i in range(5)])
+        view = await h.settle(trial["id"], 5)
+    assert view["funnel"]["outcomes"]["judged"] == 5
+    assert view["spend"]["known_micros"] == 0
+    assert view["spend"]["coverage"] == "complete"
