@@ -58,7 +58,7 @@ async def create_trial(request: web.Request) -> web.Response:
     # The key's fingerprint is the decoded body re-encoded (fields in schema order, defaults
     # filled in), so a retry that serialises the same request differently is still the same.
     record, created = await rt.create_trial(body, encode(body), key)
-    view = await trial_view(rt, record)
+    view = await trial_view(rt, record.id)
     return _json(view, 201 if created else 200)
 
 
@@ -79,14 +79,13 @@ async def list_trials(request: web.Request) -> web.Response:
 
 async def get_trial(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    record = await rt.get_trial(request.match_info["trial_id"])
-    return _json(await trial_view(rt, record))
+    return _json(await trial_view(rt, request.match_info["trial_id"]))
 
 
 async def stop_trial(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     record = await rt.stop_trial(request.match_info["trial_id"])
-    return _json(await trial_view(rt, record))
+    return _json(await trial_view(rt, record.id))
 
 
 async def live(request: web.Request) -> web.Response:
@@ -129,6 +128,37 @@ async def readyz(request: web.Request) -> web.Response:
     return _json({"status": "ready"})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition: content-free counters and gauges."""
+    rt = request.app[RUNTIME]
+    totals = await rt.store.total_spend()
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_: str, value: float, labels: str = "") -> None:
+        if not any(line.startswith(f"# TYPE {name} ") for line in lines):
+            lines.append(f"# HELP {name} {help_}")
+            lines.append(f"# TYPE {name} {kind}")
+        lines.append(f"{name}{labels} {value}")
+
+    c = rt.counters
+    metric("shadowtrial_exchanges_received_total", "counter", "Exchanges decoded by the tap.", c["exchanges_received"])
+    metric("shadowtrial_cases_sampled_total", "counter", "Cases offered to the intake queue.", c["cases_sampled"])
+    metric("shadowtrial_cases_shed_total", "counter", "Cases shed by reason.", c["cases_shed"], '{reason="queue_full"}')
+    for reason in ("malformed", "too_large"):
+        metric("shadowtrial_tap_rejected_total", "counter", "Tap requests refused by reason.",
+               c[f"tap_rejected_{reason}"], f'{{reason="{reason}"}}')
+    metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.intake.depth)
+    metric("shadowtrial_cases_in_flight", "gauge", "Cases being dispatched or judged.", rt.engine.in_flight)
+    metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.registry.running()))
+    metric("shadowtrial_evaluation_spend_known_micros", "gauge", "Known evaluation spend at list price, micro-dollars.",
+           totals["known"])
+    metric("shadowtrial_evaluation_spend_reserved_micros", "gauge", "Open reservations, micro-dollars.", totals["reserved"])
+    metric("shadowtrial_evaluation_unpriced_calls", "gauge", "Calls whose cost is unknown (held at worst case).",
+           totals["unknown_calls"])
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8",
+                        headers={"X-Content-Type-Options": "nosniff"})
+
+
 async def openapi(_request: web.Request) -> web.Response:
     return _json(openapi_document())
 
@@ -143,5 +173,6 @@ def admin_app(rt: Any) -> web.Application:
     app.router.add_get("/v1/live", live)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     return app

@@ -95,6 +95,8 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/live": {"get": {"summary": "Running trials, watches, alerts, evaluation spend",
                                  "responses": {"200": {"description": "live view"}}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics (content-free)",
+                                 "responses": {"200": {"description": "text exposition"}}}},
             "/healthz": {"get": {"summary": "Liveness", "responses": {"200": {"description": "ok"}}}},
             "/readyz": {"get": {"summary": "Readiness", "responses": {"200": {"description": "ready"}, **_errors(503)}}},
             "/openapi.json": {"get": {"summary": "This OpenAPI document",

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.bootstrap import bootstrap_identity
 from policies.verdict import Evaluation, evaluate
 from policies.wording import traffic_wording
+from sidecar.errors import NotFound
 from sidecar.health import judge_health_view
 from sidecar.store.records import OUTCOMES, TrialRecord
 from sidecar.runtime import Runtime
@@ -76,29 +78,33 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
 
 
 async def evaluation(rt: Runtime, r: TrialRecord) -> Evaluation:
-    counts = await rt.store.score_counts(r.id)
+    return evaluate_counts(r, await rt.store.score_counts(r.id))
+
+
+def evaluate_counts(r: TrialRecord, counts: dict[float, int]) -> Evaluation:
     return evaluate(
         counts,
-        identity=f"{r.id}|{r.judge_version_id}|win_rate",
+        identity=bootstrap_identity(r.id, r.judge_version_id),
         expected_cases=r.expected_cases,
         delta=r.delta,
         min_cases=r.min_cases,
     )
 
 
-async def funnel_view(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
-    stored = await rt.store.funnel(r.id)
-    pending = rt.funnel.pending(r.id)
+def funnel_view(rt: Runtime, trial_id: str, stored: dict[str, int], states: dict[str, int]) -> dict[str, Any]:
+    pending = rt.funnel.pending(trial_id)
     counts = {o: stored.get(o, 0) + pending.get(o, 0) for o in OUTCOMES}
-    states = await rt.store.case_states(r.id)
     in_flight = states.get("reserved", 0) + states.get("dispatched", 0)
     return {"outcomes": counts, "total": sum(counts.values()), "in_flight": in_flight}
 
 
-async def trial_view(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
-    ev = await evaluation(rt, r)
-    judgments = await rt.store.judgments(r.id)
-    paired = await rt.store.paired_figures(r.id)
+async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
+    """The whole view of one trial, from one consistent read of the store."""
+    snap = await rt.store.snapshot(trial_id)
+    if snap is None:
+        raise NotFound(f"no trial {trial_id!r}")
+    r = snap.record
+    ev = evaluate_counts(r, snap.score_counts)
     out = summary(r)
     out.update(
         {
@@ -106,11 +112,11 @@ async def trial_view(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
             "execution_site": r.execution_site,
             "prompt_retention": r.prompt_retention,
             "judge": {"version_id": r.judge_version_id, "name": r.judge_version_name, "model": r.judge_model},
-            "funnel": await funnel_view(rt, r),
+            "funnel": funnel_view(rt, r.id, snap.funnel, snap.case_states),
             "spend": spend_view(r),
             "verdict": verdict_view(r, ev),
-            "judge_health": judge_health_view(judgments),
-            "paired": paired,
+            "judge_health": judge_health_view(snap.judgments),
+            "paired": snap.paired,
         }
     )
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, Sequence
 
-from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord
+from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord, TrialSnapshot
 
 
 class Store(Protocol):
@@ -63,5 +63,9 @@ class Store(Protocol):
     async def paired_figures(self, trial_id: str) -> dict[str, float | int | None]: ...
 
     async def case_states(self, trial_id: str) -> dict[str, int]: ...
+
+    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
+        """The trial and all its figures from one consistent read."""
+        ...
 
     async def total_spend(self) -> dict[str, int]: ...

@@ -122,3 +122,15 @@ class CaseFinish:
     bodies_json: str | None = None
     #: Sets the trial's status in the same transaction (e.g. "cap_reached").
     trial_status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialSnapshot:
+    """A trial and every figure of its view, read in one transaction."""
+
+    record: TrialRecord
+    funnel: dict[str, int]
+    score_counts: dict[float, int]
+    case_states: dict[str, int]
+    judgments: list[JudgmentRow]
+    paired: dict[str, float | int | None]

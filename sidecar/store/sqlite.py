@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord
+from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord, TrialSnapshot
 from sidecar.store.schema import MIGRATIONS
 
 T = TypeVar("T")
@@ -324,70 +324,39 @@ class SQLiteStore:
     # -- reads -----------------------------------------------------------------
 
     async def funnel(self, trial_id: str) -> dict[str, int]:
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            return {r["outcome"]: r["n"] for r in conn.execute("SELECT outcome, n FROM funnel WHERE trial_id=?", (trial_id,))}
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _funnel(conn, trial_id))
 
     async def score_counts(self, trial_id: str) -> dict[float, int]:
-        def fn(conn: sqlite3.Connection) -> dict[float, int]:
-            rows = conn.execute(
-                "SELECT score, COUNT(*) AS n FROM cases WHERE trial_id=? AND outcome='judged' AND score IS NOT NULL GROUP BY score",
-                (trial_id,),
-            )
-            return {float(r["score"]): r["n"] for r in rows}
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _score_counts(conn, trial_id))
 
     async def judgments(self, trial_id: str) -> list[JudgmentRow]:
-        def fn(conn: sqlite3.Connection) -> list[JudgmentRow]:
-            rows = conn.execute("SELECT * FROM judgments WHERE trial_id=? ORDER BY created_at, id", (trial_id,))
-            return [
-                JudgmentRow(
-                    judgment_id=r["id"], case_id=r["case_id"], trial_id=r["trial_id"],
-                    judge_version_id=r["judge_version_id"], order=r["presentation_order"], is_audit=bool(r["is_audit"]),
-                    outcome=r["outcome"], score=r["score"], strong=bool(r["strong"]), winner_slot=r["winner_slot"],
-                    error=r["error"], longer_won=None if r["longer_won"] is None else bool(r["longer_won"]),
-                    created_at=r["created_at"],
-                )
-                for r in rows
-            ]
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _judgments(conn, trial_id))
 
     async def paired_figures(self, trial_id: str) -> dict[str, float | int | None]:
-        """Candidate against incumbent over the same judged cases: cost and latency ratios."""
-
-        def fn(conn: sqlite3.Connection) -> dict[str, float | int | None]:
-            rows = conn.execute(
-                "SELECT candidate_cost_micros AS cc, candidate_cost_coverage AS ccv, incumbent_cost_micros AS ic, "
-                "incumbent_cost_coverage AS icv, candidate_latency_ms AS cl, incumbent_latency_ms AS il "
-                "FROM cases WHERE trial_id=? AND outcome='judged'",
-                (trial_id,),
-            ).fetchall()
-            cost_pairs = [(r["cc"], r["ic"]) for r in rows if r["ccv"] == "complete" and r["icv"] == "complete"]
-            lat_pairs = [(r["cl"], r["il"]) for r in rows if r["cl"] is not None and r["il"] is not None]
-            cand_cost = sum(c for c, _ in cost_pairs)
-            inc_cost = sum(i for _, i in cost_pairs)
-            cand_lat = statistics.median([c for c, _ in lat_pairs]) if lat_pairs else None
-            inc_lat = statistics.median([i for _, i in lat_pairs]) if lat_pairs else None
-            return {
-                "cost_cases": len(cost_pairs),
-                "candidate_cost_micros": cand_cost,
-                "incumbent_cost_micros": inc_cost,
-                "cost_ratio": (cand_cost / inc_cost) if cost_pairs and inc_cost > 0 else None,
-                "latency_cases": len(lat_pairs),
-                "candidate_latency_ms_p50": cand_lat,
-                "incumbent_latency_ms_p50": inc_lat,
-                "latency_ratio": (cand_lat / inc_lat) if cand_lat is not None and inc_lat else None,
-            }
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _paired_figures(conn, trial_id))
 
     async def case_states(self, trial_id: str) -> dict[str, int]:
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute("SELECT state, COUNT(*) AS n FROM cases WHERE trial_id=? GROUP BY state", (trial_id,))
-            return {r["state"]: r["n"] for r in rows}
+        return await self._run(lambda conn: _case_states(conn, trial_id))
+
+    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
+        """A trial and its figures read together, so they agree with each other."""
+
+        def fn(conn: sqlite3.Connection) -> TrialSnapshot | None:
+            conn.execute("BEGIN")  # one read transaction: consistent across processes too
+            try:
+                row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
+                if row is None:
+                    return None
+                return TrialSnapshot(
+                    record=_trial(row),
+                    funnel=_funnel(conn, trial_id),
+                    score_counts=_score_counts(conn, trial_id),
+                    case_states=_case_states(conn, trial_id),
+                    judgments=_judgments(conn, trial_id),
+                    paired=_paired_figures(conn, trial_id),
+                )
+            finally:
+                conn.execute("COMMIT")
 
         return await self._run(fn)
 
@@ -414,6 +383,63 @@ class SQLiteStore:
             return [dict(r) for r in rows]
 
         return await self._run(fn)
+
+
+def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
+    return {r["outcome"]: r["n"] for r in conn.execute("SELECT outcome, n FROM funnel WHERE trial_id=?", (trial_id,))}
+
+
+def _score_counts(conn: sqlite3.Connection, trial_id: str) -> dict[float, int]:
+    rows = conn.execute(
+        "SELECT score, COUNT(*) AS n FROM cases WHERE trial_id=? AND outcome='judged' AND score IS NOT NULL GROUP BY score",
+        (trial_id,),
+    )
+    return {float(r["score"]): r["n"] for r in rows}
+
+
+def _judgments(conn: sqlite3.Connection, trial_id: str) -> list[JudgmentRow]:
+    rows = conn.execute("SELECT * FROM judgments WHERE trial_id=? ORDER BY created_at, id", (trial_id,))
+    return [
+        JudgmentRow(
+            judgment_id=r["id"], case_id=r["case_id"], trial_id=r["trial_id"],
+            judge_version_id=r["judge_version_id"], order=r["presentation_order"], is_audit=bool(r["is_audit"]),
+            outcome=r["outcome"], score=r["score"], strong=bool(r["strong"]), winner_slot=r["winner_slot"],
+            error=r["error"], longer_won=None if r["longer_won"] is None else bool(r["longer_won"]),
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+def _paired_figures(conn: sqlite3.Connection, trial_id: str) -> dict[str, float | int | None]:
+    """Candidate against incumbent over the same judged cases: cost and latency ratios."""
+    rows = conn.execute(
+        "SELECT candidate_cost_micros AS cc, candidate_cost_coverage AS ccv, incumbent_cost_micros AS ic, "
+        "incumbent_cost_coverage AS icv, candidate_latency_ms AS cl, incumbent_latency_ms AS il "
+        "FROM cases WHERE trial_id=? AND outcome='judged'",
+        (trial_id,),
+    ).fetchall()
+    cost_pairs = [(r["cc"], r["ic"]) for r in rows if r["ccv"] == "complete" and r["icv"] == "complete"]
+    lat_pairs = [(r["cl"], r["il"]) for r in rows if r["cl"] is not None and r["il"] is not None]
+    cand_cost = sum(c for c, _ in cost_pairs)
+    inc_cost = sum(i for _, i in cost_pairs)
+    cand_lat = statistics.median([c for c, _ in lat_pairs]) if lat_pairs else None
+    inc_lat = statistics.median([i for _, i in lat_pairs]) if lat_pairs else None
+    return {
+        "cost_cases": len(cost_pairs),
+        "candidate_cost_micros": cand_cost,
+        "incumbent_cost_micros": inc_cost,
+        "cost_ratio": (cand_cost / inc_cost) if cost_pairs and inc_cost > 0 else None,
+        "latency_cases": len(lat_pairs),
+        "candidate_latency_ms_p50": cand_lat,
+        "incumbent_latency_ms_p50": inc_lat,
+        "latency_ratio": (cand_lat / inc_lat) if cand_lat is not None and inc_lat else None,
+    }
+
+
+def _case_states(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
+    rows = conn.execute("SELECT state, COUNT(*) AS n FROM cases WHERE trial_id=? GROUP BY state", (trial_id,))
+    return {r["state"]: r["n"] for r in rows}
 
 
 def _bump(conn: sqlite3.Connection, trial_id: str, outcome: str, n: int) -> None:

@@ -54,3 +54,16 @@ async def test_funnel_counts_add_up_to_matched_exchanges(tmp_path: Path) -> None
         assert sum(v2["funnel"]["outcomes"].values()) == 30
         # A failed generation is not a loss and a judge error is not a tie: neither is scored.
         assert v1["verdict"]["cases"] == o1["judged"]
+
+
+async def test_metrics_endpoint_counts_without_content(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        trial = await h.create_trial(sample_rate=1.0)
+        await h.send([exchange(i, content="secret answer ⟨q=0.500⟩") for i in range(3)])
+        await h.settle(trial["id"], 3)
+        assert h.admin is not None
+        r = await h.admin.get("/metrics")
+    assert r.status_code == 200
+    assert "shadowtrial_exchanges_received_total 3" in r.text
+    assert "shadowtrial_cases_sampled_total 3" in r.text
+    assert "secret" not in r.text and "question" not in r.text
