@@ -67,3 +67,19 @@ async def test_metrics_endpoint_counts_without_content(tmp_path: Path) -> None:
     assert "shadowtrial_exchanges_received_total 3" in r.text
     assert "shadowtrial_cases_sampled_total 3" in r.text
     assert "secret" not in r.text and "question" not in r.text
+
+
+async def test_prompt_retention_off_keeps_no_body(tmp_path: Path) -> None:
+    extra = '[teams.team-a]\nprompt_retention = false\n[teams.team-b]\nprompt_retention = true\n'
+    async with Harness(tmp_path, extra=extra) as h:
+        off = await h.create_trial(sample_rate=1.0)
+        on = await h.create_trial(sample_rate=1.0, team="team-b")
+        await h.send([exchange(i, content=f"PRIVATE-ANSWER-{i} ⟨q=0.500⟩") for i in range(5)])
+        await h.send([exchange(100 + i, team="team-b", content=f"KEPT-ANSWER-{i} ⟨q=0.500⟩") for i in range(5)])
+        v_off = await h.settle(off["id"], 5)
+        v_on = await h.settle(on["id"], 5)
+    assert v_off["prompt_retention"] is False and v_on["prompt_retention"] is True
+    assert v_off["funnel"]["outcomes"]["judged"] == 5
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("trials.db*"))
+    assert b"PRIVATE-ANSWER" not in raw and b"question 0" not in raw
+    assert b"KEPT-ANSWER" in raw
