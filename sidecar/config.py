@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SHADOWTRIAL_"
-RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG"})
+RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL"})  # read by the CLI, not config
 
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]

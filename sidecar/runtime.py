@@ -202,10 +202,10 @@ class Runtime:
         return record
 
     async def stop_trial(self, trial_id: str) -> TrialRecord:
-        record = await self.get_trial(trial_id)
-        if record.status in ("stopped",):
+        updated, changed = await self.store.set_trial_status(trial_id, "stopped", "stopped by operator", ended=True)
+        if updated is None:
+            raise NotFound(f"no trial {trial_id!r}")
+        if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
             raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
         self.registry.set_status(trial_id, "stopped")
-        updated = await self.store.set_trial_status(trial_id, "stopped", "stopped by operator", ended=True)
-        assert updated is not None
         return updated

@@ -17,7 +17,7 @@ Contract for every implementation:
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord, TrialSnapshot
 
@@ -38,7 +38,11 @@ class Store(Protocol):
 
     async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]: ...
 
-    async def set_trial_status(self, trial_id: str, status: str, reason: str | None, *, ended: bool) -> TrialRecord | None: ...
+    async def set_trial_status(
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool
+    ) -> tuple[TrialRecord | None, bool]:
+        """Conditional: changes nothing when the trial already has ``status``. Returns (record, changed)."""
+        ...
 
     async def reserve_case(self, case: CaseStart) -> ReserveOutcome: ...
 
@@ -48,8 +52,11 @@ class Store(Protocol):
 
     async def finish_case(self, finish: CaseFinish) -> None: ...
 
-    async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
-        """Add funnel counts for outcomes that never reserved a case, keyed by (trial id, outcome)."""
+    async def count_outcomes(
+        self, counts: Mapping[tuple[str, str], int], *, on_commit: Callable[[], None] | None = None
+    ) -> None:
+        """Add funnel counts for outcomes that never reserved a case, keyed by (trial id, outcome).
+        ``on_commit`` runs right after the commit, before any later read."""
         ...
 
     async def recover_in_flight(self, now: float) -> list[str]: ...
@@ -64,8 +71,11 @@ class Store(Protocol):
 
     async def case_states(self, trial_id: str) -> dict[str, int]: ...
 
-    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
-        """The trial and all its figures from one consistent read."""
+    async def snapshot(
+        self, trial_id: str, *, pending: Callable[[str], dict[str, int]] | None = None
+    ) -> TrialSnapshot | None:
+        """The trial and all its figures from one consistent read; ``pending``
+        funnel counts are added inside that read."""
         ...
 
     async def total_spend(self) -> dict[str, int]: ...

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import sqlite3
 import statistics
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -148,16 +149,19 @@ class SQLiteStore:
 
         return await self._run(fn)
 
-    async def set_trial_status(self, trial_id: str, status: str, reason: str | None, *, ended: bool) -> TrialRecord | None:
-        import time
+    async def set_trial_status(
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool
+    ) -> tuple[TrialRecord | None, bool]:
+        """Set the status unless it already is ``status``; returns (record, changed)."""
 
-        def fn(conn: sqlite3.Connection) -> TrialRecord | None:
-            conn.execute(
-                "UPDATE trials SET status=?, status_reason=?, ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=?",
-                (status, reason, int(ended), time.time(), trial_id),
+        def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
+            cur = conn.execute(
+                "UPDATE trials SET status=?, status_reason=?, "
+                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ?",
+                (status, reason, int(ended), time.time(), trial_id, status),
             )
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-            return None if row is None else _trial(row)
+            return (None if row is None else _trial(row)), cur.rowcount == 1
 
         return await self._write(fn)
 
@@ -205,8 +209,6 @@ class SQLiteStore:
         await self._write(lambda c: c.execute("UPDATE cases SET state='dispatched' WHERE id=? AND state='reserved'", (case_id,)))
 
     async def top_up(self, case_id: str, trial_id: str, extra_micros: int) -> bool:
-        import time
-
         def fn(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros + ? "
@@ -276,15 +278,27 @@ class SQLiteStore:
 
         await self._write(fn)
 
-    async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
+    async def count_outcomes(
+        self, counts: Mapping[tuple[str, str], int], *, on_commit: Callable[[], None] | None = None
+    ) -> None:
         if not counts:
+            if on_commit is not None:
+                on_commit()
             return
 
-        def fn(conn: sqlite3.Connection) -> None:
-            for (trial_id, outcome), n in counts.items():
-                _bump(conn, trial_id, outcome, n)
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for (trial_id, outcome), n in counts.items():
+                    _bump(conn, trial_id, outcome, n)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            if on_commit is not None:
+                on_commit()  # on this thread, before any later snapshot can read
 
-        await self._write(fn)
+        await self._run(tx)
 
     async def recover_in_flight(self, now: float) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
@@ -338,8 +352,14 @@ class SQLiteStore:
     async def case_states(self, trial_id: str) -> dict[str, int]:
         return await self._run(lambda conn: _case_states(conn, trial_id))
 
-    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
-        """A trial and its figures read together, so they agree with each other."""
+    async def snapshot(
+        self, trial_id: str, *, pending: Callable[[str], dict[str, int]] | None = None
+    ) -> TrialSnapshot | None:
+        """A trial and its figures read together, so they agree with each other.
+
+        ``pending`` (funnel counts not yet committed) is read on the store's
+        thread inside the same read, so a count is in exactly one of the two.
+        """
 
         def fn(conn: sqlite3.Connection) -> TrialSnapshot | None:
             conn.execute("BEGIN")  # one read transaction: consistent across processes too
@@ -347,9 +367,13 @@ class SQLiteStore:
                 row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
                 if row is None:
                     return None
+                funnel = _funnel(conn, trial_id)
+                if pending is not None:
+                    for outcome, n in pending(trial_id).items():
+                        funnel[outcome] = funnel.get(outcome, 0) + n
                 return TrialSnapshot(
                     record=_trial(row),
-                    funnel=_funnel(conn, trial_id),
+                    funnel=funnel,
                     score_counts=_score_counts(conn, trial_id),
                     case_states=_case_states(conn, trial_id),
                     judgments=_judgments(conn, trial_id),
