@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean venv
+.PHONY: demo test typecheck bench clean venv
 
 venv: $(STAMP)
 
@@ -17,8 +17,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/shadowtrial demo
 
-test: $(STAMP)
+test: typecheck
 	$(BIN)/python -m pytest -q
+
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bootstrap.py

@@ -135,7 +135,7 @@ def summarize(judgments: Iterable[Judgment]) -> ScoreSummary:
         total_err += errors
         total_abs += abst
         if valid:
-            value = Fraction(sum(valid), len(valid))  # type: ignore[arg-type]
+            value = Fraction(sum(valid), len(valid))
             exact[value] = exact.get(value, 0) + 1
             cases.append(CaseScore(case_id, float(value), len(valid), strong, errors, abst))
         else:

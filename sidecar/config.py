@@ -108,7 +108,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
         """Checks beyond the field types; raise ``ValueError`` naming the field."""
 
 
-class TapConfig(_Section):
+class TapConfig(_Section, frozen=True):
     """The tap: where gateways post served exchanges.
 
     ``token_env`` names an environment variable holding a shared token the tap
@@ -125,7 +125,7 @@ class TapConfig(_Section):
         _check_env_name("token_env", self.token_env)
 
 
-class AdminConfig(_Section):
+class AdminConfig(_Section, frozen=True):
     """The admin API."""
 
     listen: str = "127.0.0.1:8791"
@@ -134,7 +134,7 @@ class AdminConfig(_Section):
         split_listen(self.listen)
 
 
-class StoreConfig(_Section):
+class StoreConfig(_Section, frozen=True):
     """Where trials, cases and the outbox live (a SQLite file path, relative to the working directory)."""
 
     path: str = "shadowtrial.db"
@@ -144,7 +144,7 @@ class StoreConfig(_Section):
             raise ValueError("path must not be empty")
 
 
-class EngineConfig(_Section):
+class EngineConfig(_Section, frozen=True):
     """The trial loop.
 
     ``default_max_tokens`` caps a candidate call when the served request set
@@ -162,7 +162,7 @@ class EngineConfig(_Section):
             raise ValueError(f"shadow_header must be an HTTP header name, got {self.shadow_header!r}")
 
 
-class JudgeConfig(_Section):
+class JudgeConfig(_Section, frozen=True):
     """Judge defaults; ``model`` is an alias (or a name the single provider serves), empty = none set."""
 
     model: str = ""
@@ -176,13 +176,13 @@ class JudgeConfig(_Section):
             raise ValueError("rubric must not be empty")
 
 
-class PricesConfig(_Section):
+class PricesConfig(_Section, frozen=True):
     """``map_file``: a LiteLLM ``model_prices_and_context_window.json``; empty = none."""
 
     map_file: str = ""
 
 
-class ProviderConfig(_Section):
+class ProviderConfig(_Section, frozen=True):
     """One upstream (``[providers.NAME]``).
 
     ``timeout_s`` bounds one attempt, ``deadline_s`` the whole call with its
@@ -206,7 +206,7 @@ class ProviderConfig(_Section):
         _check_env_name("api_key_env", self.api_key_env)
 
 
-class ModelConfig(_Section):
+class ModelConfig(_Section, frozen=True):
     """A model alias (``[models.ALIAS]``).
 
     ``model`` is the upstream name (empty = the alias itself; the loader fills
@@ -234,7 +234,7 @@ class ModelConfig(_Section):
         )
 
 
-class TeamConfig(_Section):
+class TeamConfig(_Section, frozen=True):
     """A team's posture (``[teams.NAME]``)."""
 
     prompt_retention: bool = True
@@ -281,7 +281,7 @@ class Secrets(Mapping[str, str]):
     __str__ = __repr__
 
 
-class Config(_Section):
+class Config(_Section, frozen=True):
     """The whole configuration. Frozen; treat the named-table dicts as read-only.
 
     ``secrets`` is filled by :func:`load_config` from the environment and is

@@ -211,7 +211,7 @@ def _bounds(iv: dict[str, float] | None) -> str:
 
 
 def _idle(view: dict[str, Any]) -> bool:
-    return view["funnel"]["in_flight"] == 0
+    return bool(view["funnel"]["in_flight"] == 0)
 
 
 def _is_shadow(headers: dict[str, str]) -> bool:
