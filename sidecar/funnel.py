@@ -31,6 +31,11 @@ class FunnelCounter:
         with self._lock:
             self._pending[(trial_id, outcome)] += n
 
+    def add_many(self, counts: Counter[tuple[str, str]]) -> None:
+        """Add a batch of (trial id, outcome) counts under one lock acquisition."""
+        with self._lock:
+            self._pending.update(counts)
+
     def pending(self, trial_id: str) -> dict[str, int]:
         """Counts not yet committed to the store, for one trial (safe from any thread)."""
         out: Counter[str] = Counter()

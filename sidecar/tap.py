@@ -9,6 +9,7 @@ first bad field; a body over the limit is ``413``; unknown fields are ignored.
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 
 from aiohttp import web
 
@@ -27,18 +28,20 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
     """Decode, match, sample and enqueue one batch. Never awaits. Raises DecodeError."""
     exchanges = decode_exchanges(body, content_type)
     sampled = shed = 0
-    funnel = rt.funnel
+    counts: Counter[tuple[str, str]] = Counter()
     for ex in exchanges:
         for trial in rt.registry.match(ex):
             if ex.redacted:
-                funnel.add(trial.id, "skipped_redacted")
+                counts[(trial.id, "skipped_redacted")] += 1
             elif not is_sampled(trial.id, ex.exchange_id, trial.record.sample_rate):
-                funnel.add(trial.id, "not_sampled")
+                counts[(trial.id, "not_sampled")] += 1
             elif rt.intake.offer(Job(trial, ex)):
                 sampled += 1
             else:
                 shed += 1
-                funnel.add(trial.id, "shed_queue_full")
+                counts[(trial.id, "shed_queue_full")] += 1
+    if counts:
+        rt.funnel.add_many(counts)
     rt.counters["exchanges_received"] += len(exchanges)
     rt.counters["cases_sampled"] += sampled
     rt.counters["cases_shed"] += shed
