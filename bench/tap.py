@@ -60,39 +60,6 @@ CANDIDATE = "bench-candidate"
 JUDGE = "bench-judge"
 TEAM = "team-bench"
 
-CONFIG = """
-[tap]
-listen = "127.0.0.1:0"
-queue_size = 10000
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = "{db}"
-[engine]
-workers = 16
-drain_seconds = 1.0
-[judge]
-model = "{judge}"
-max_tokens = 128
-[providers.fake]
-kind = "openai"
-base_url = "{base_url}"
-timeout_s = 5.0
-deadline_s = 10.0
-max_retries = 1
-[models.{incumbent}]
-provider = "fake"
-input_price_per_mtok = 2.0
-output_price_per_mtok = 8.0
-[models.{candidate}]
-provider = "fake"
-input_price_per_mtok = 0.5
-output_price_per_mtok = 2.0
-[models.{judge}]
-provider = "fake"
-input_price_per_mtok = 1.0
-output_price_per_mtok = 4.0
-"""
 
 SYSTEM = (
     "You are a careful assistant for an internal engineering help desk. Answer concisely, "
@@ -206,12 +173,14 @@ def run_reference(conn: Connection, max_body: int) -> None:
 def run_sidecar(conn: Connection, base_url: str, tmp: str) -> None:
     from sidecar.app import Sidecar
     from sidecar.config import load_config
+    from sidecar.localconfig import loopback_config
 
     async def main() -> None:
         path = Path(tmp) / "shadowtrial.toml"
         path.write_text(
-            CONFIG.format(
-                db=Path(tmp) / "bench.db", base_url=base_url, judge=JUDGE, incumbent=INCUMBENT, candidate=CANDIDATE
+            loopback_config(
+                base_url=base_url, db=str(Path(tmp) / "bench.db"), judge=JUDGE, drain_seconds=1.0, max_retries=1,
+                prices={INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)},
             )
         )
         config = load_config(str(path), {})

@@ -23,43 +23,15 @@ import httpx
 from sidecar.app import Sidecar
 from sidecar.config import load_config
 from sidecar.fake_provider import FakeModel, FakeProvider
+from sidecar.localconfig import loopback_config
 from sidecar.render import pct, render_trial, table, usd
 
 INCUMBENT = "sim-incumbent-large"
 CANDIDATE = "sim-candidate-small"
 JUDGE = "sim-judge"
 
-CONFIG = """
-[tap]
-listen = "127.0.0.1:0"
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = "{db}"
-[engine]
-workers = 16
-drain_seconds = 5.0
-[judge]
-model = "{judge}"
-max_tokens = 256
-[providers.sim]
-kind = "openai"
-base_url = "{base_url}"
-timeout_s = 10.0
-deadline_s = 20.0
-[models.{incumbent}]
-provider = "sim"
-input_price_per_mtok = 2.50
-output_price_per_mtok = 10.00
-[models.{candidate}]
-provider = "sim"
-input_price_per_mtok = 0.40
-output_price_per_mtok = 1.60
-[models.{judge}]
-provider = "sim"
-input_price_per_mtok = 1.00
-output_price_per_mtok = 4.00
-"""
+#: (input, output) list prices, dollars per million tokens: the candidate is the cheaper model.
+PRICES = {INCUMBENT: (2.50, 10.00), CANDIDATE: (0.40, 1.60), JUDGE: (1.00, 4.00)}
 
 TOPICS = [
     "Summarise the attached incident report for an executive.",
@@ -145,8 +117,10 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
         async with FakeProvider(models, seed=seed) as fake:
             path = os.path.join(tmp, "demo.toml")
             with open(path, "w") as fh:
-                fh.write(CONFIG.format(db=os.path.join(tmp, "demo.db"), base_url=fake.base_url, incumbent=INCUMBENT,
-                                       candidate=CANDIDATE, judge=JUDGE))
+                fh.write(loopback_config(
+                    base_url=fake.base_url, db=os.path.join(tmp, "demo.db"), judge=JUDGE, prices=PRICES,
+                    judge_max_tokens=256, timeout_s=10.0, deadline_s=20.0,
+                ))
             config = load_config(path, {})
             async with Sidecar(config) as sidecar, httpx.AsyncClient(base_url=sidecar.admin_url, timeout=30) as admin:
                 r = await admin.post("/v1/trials", json={

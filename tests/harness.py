@@ -18,46 +18,13 @@ import httpx
 from sidecar.app import Sidecar
 from sidecar.config import Config, load_config
 from sidecar.fake_provider import FakeModel, FakeProvider
+from sidecar.localconfig import loopback_config
 
 INCUMBENT = "inc-model"
 CANDIDATE = "cand-model"
 JUDGE = "judge-model"
 
-BASE_TOML = """
-[tap]
-listen = "127.0.0.1:0"
-queue_size = {queue_size}
-{tap_extra}
-[admin]
-listen = "127.0.0.1:0"
-[store]
-path = "{db}"
-[engine]
-workers = {workers}
-drain_seconds = {drain}
-[judge]
-model = "{judge}"
-max_tokens = 128
-[providers.fake]
-kind = "openai"
-base_url = "{base_url}"
-timeout_s = {timeout_s}
-deadline_s = 10.0
-max_retries = 2
-[models.{incumbent}]
-provider = "fake"
-input_price_per_mtok = 2.0
-output_price_per_mtok = 8.0
-[models.{candidate}]
-provider = "fake"
-input_price_per_mtok = 0.5
-output_price_per_mtok = 2.0
-[models.{judge}]
-provider = "fake"
-input_price_per_mtok = 1.0
-output_price_per_mtok = 4.0
-{extra}
-"""
+PRICES = {INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)}
 
 
 def default_models() -> dict[str, FakeModel]:
@@ -82,9 +49,9 @@ def write_config(
     if tap_token_env:
         tap_extra += f"token_env = \"{tap_token_env}\"\n"
     path.write_text(
-        BASE_TOML.format(
-            db=tmp / db, base_url=base_url, workers=workers, queue_size=queue_size, drain=drain, timeout_s=timeout_s,
-            incumbent=INCUMBENT, candidate=CANDIDATE, judge=JUDGE, extra=extra, tap_extra=tap_extra,
+        loopback_config(
+            base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
+            drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, extra=extra,
         )
     )
     return path

@@ -17,7 +17,7 @@ from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_f
 UNPRICED_ALIAS = "unpriced-model"
 UNPRICED_EXTRA = f"""
 [models.{UNPRICED_ALIAS}]
-provider = "fake"
+provider = "local"
 """
 
 

@@ -19,7 +19,7 @@ from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
 
 UNPRICED_EXTRA = """
 [models.unpriced-model]
-provider = "fake"
+provider = "local"
 """
 
 
