@@ -154,9 +154,9 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
                 screen.done()
                 stop.set()
                 await gen
-                await admin.post(f"/v1/trials/{trial_id}/stop")
-                # Cases already dispatched finish and settle; wait for them before the final table.
+                # Cases already sampled finish and settle before the trial is stopped and tabled.
                 await sidecar.runtime.intake.join()
+                await admin.post(f"/v1/trials/{trial_id}/stop")
                 view = (await admin.get(f"/v1/trials/{trial_id}")).json()
         shadow_incumbent = sum(1 for q in fake.requests if q.model == INCUMBENT and _is_shadow(q.headers))
         wall = time.monotonic() - started
