@@ -337,20 +337,8 @@ class SQLiteStore:
 
     # -- reads -----------------------------------------------------------------
 
-    async def funnel(self, trial_id: str) -> dict[str, int]:
-        return await self._run(lambda conn: _funnel(conn, trial_id))
-
     async def score_counts(self, trial_id: str) -> dict[float, int]:
         return await self._run(lambda conn: _score_counts(conn, trial_id))
-
-    async def judgments(self, trial_id: str) -> list[JudgmentRow]:
-        return await self._run(lambda conn: _judgments(conn, trial_id))
-
-    async def paired_figures(self, trial_id: str) -> dict[str, float | int | None]:
-        return await self._run(lambda conn: _paired_figures(conn, trial_id))
-
-    async def case_states(self, trial_id: str) -> dict[str, int]:
-        return await self._run(lambda conn: _case_states(conn, trial_id))
 
     async def snapshot(
         self, trial_id: str, *, pending: Callable[[str], dict[str, int]] | None = None
