@@ -51,17 +51,21 @@ async def test_cap_holds_under_200_concurrent_cases(tmp_path: Path) -> None:
         stop = asyncio.Event()
 
         async def watch() -> None:
+            # Sample the trial's spend each time a case finishes (the engine's progress event).
             nonlocal peak_seen, max_in_flight
+            progress = h.runtime.engine.progress
             while not stop.is_set():
+                progress.clear()
                 rec = await h.runtime.store.get_trial(trial["id"])
                 peak_seen = max(peak_seen, rec.spent_micros + rec.reserved_micros)
                 max_in_flight = max(max_in_flight, h.runtime.engine.in_flight)
-                await asyncio.sleep(0.005)
+                await progress.wait()
 
         watcher = asyncio.create_task(watch())
         await asyncio.gather(*(h.send(batch[k:k + 100]) for k in range(0, n, 100)))
         view = await h.settle(trial["id"], n, timeout=120)
         stop.set()
+        h.runtime.engine.progress.set()  # wake the watcher so it sees stop
         await watcher
 
         outcomes = view["funnel"]["outcomes"]
