@@ -9,7 +9,7 @@ Two servers take the same request bodies:
 - **tap** — the real :class:`sidecar.app.Sidecar` (config written to a temp dir
   through the real loader, SQLite store on a temp file) with one running trial
   that matches every exchange at ``--sample-rate``. Its candidate and judge
-  point at a :class:`sidecar.fake_provider.FakeProvider` with zero latency, so
+  point at a :class:`sidecar.demo.fake_provider.FakeProvider` with zero latency, so
   the sampled share really is dispatched and judged while the tap ingests.
 - **tap r=0** (skip with ``--no-unsampled``) — the same sidecar with the
   trial's sample rate at 0: the ingest path alone (decode, match, sample),
@@ -129,7 +129,7 @@ async def _wait_for_stop(conn: Connection) -> None:
 
 
 def run_fake_provider(conn: Connection) -> None:
-    from sidecar.fake_provider import FakeModel, FakeProvider
+    from sidecar.demo.fake_provider import FakeModel, FakeProvider
 
     # A tap phase ends by stopping its sidecar, whose drain cancels the calls in
     # flight; the resets this causes here are expected, not worth a traceback.
@@ -173,7 +173,7 @@ def run_reference(conn: Connection, max_body: int) -> None:
 def run_sidecar(conn: Connection, base_url: str, tmp: str) -> None:
     from sidecar.app import Sidecar
     from sidecar.config import load_config
-    from sidecar.localconfig import loopback_config
+    from sidecar.demo.localconfig import loopback_config
 
     async def main() -> None:
         path = Path(tmp) / "shadowtrial.toml"

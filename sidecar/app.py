@@ -15,10 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from sidecar.admin import admin_app
+from sidecar.api.admin import admin_app
 from sidecar.config import Config
 from sidecar.runtime import Runtime
-from sidecar.tap import tap_app
+from sidecar.ingest.tap import tap_app
 
 log = logging.getLogger("shadowtrial")
 

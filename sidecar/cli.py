@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         asyncio.run(serve(config))
         return 0
     if args.command == "demo":
-        from sidecar.demo import run_demo
+        from sidecar.demo.scenario import run_demo
 
         return asyncio.run(run_demo(exchanges=args.exchanges, seed=args.seed))
     return _client(args, env)

@@ -20,16 +20,16 @@ from aiohttp import web
 
 from judge.paired import PairedJudge
 from policies.money import Price
-from sidecar.completer_adapter import ProviderCompleter
+from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.config import Config, resolve_model
-from sidecar.engine import Engine, Job
+from sidecar.engine.case import Engine, Job
 from sidecar.errors import ConfigError, Conflict, NotFound
-from sidecar.funnel import FunnelCounter
-from sidecar.intake import Intake
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.engine.handoff import Intake
 from sidecar.prices import PriceBook, load_price_map
 from sidecar.providers.base import Provider
 from sidecar.providers.factory import make_provider
-from sidecar.registry import ActiveTrial, Registry
+from sidecar.engine.registry import ActiveTrial, Registry
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.store.sqlite import SQLiteStore

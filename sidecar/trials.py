@@ -21,7 +21,7 @@ from policies.money import Price
 from policies.site import execution_site
 from sidecar.errors import BadRequest, SpendUnbounded
 from sidecar.store.records import TrialRecord
-from sidecar.wire import split_path
+from sidecar.ingest.wire import split_path
 
 Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

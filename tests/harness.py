@@ -17,8 +17,8 @@ import httpx
 
 from sidecar.app import Sidecar
 from sidecar.config import Config, load_config
-from sidecar.fake_provider import FakeModel, FakeProvider
-from sidecar.localconfig import loopback_config
+from sidecar.demo.fake_provider import FakeModel, FakeProvider
+from sidecar.demo.localconfig import loopback_config
 
 INCUMBENT = "inc-model"
 CANDIDATE = "cand-model"

@@ -22,7 +22,7 @@ import pytest
 
 from policies.sampling import is_sampled
 from sidecar.config import load_config
-from sidecar.wire import decode_exchanges
+from sidecar.ingest.wire import decode_exchanges
 from tests.harness import INCUMBENT, Harness, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from sidecar.admin import admin_app
-from sidecar.tap import tap_app
+from sidecar.api.admin import admin_app
+from sidecar.ingest.tap import tap_app
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 UNPRICED_ALIAS = "unpriced-model"

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sidecar.fake_provider import MARKER_RE, FakeModel, FakeProvider
+from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
 from sidecar.providers.base import ChatRequest
 from sidecar.providers.openai import OpenAIProvider
 

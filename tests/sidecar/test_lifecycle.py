@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 import pytest
 
-from sidecar.fake_provider import FakeModel, FakeProvider
+from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, exchange, wait_for, write_config
 
 REPO = Path(__file__).resolve().parents[2]

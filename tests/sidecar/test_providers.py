@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sidecar.fake_provider import MARKER_RE, FakeModel, FakeProvider
+from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
 from sidecar.providers.anthropic import AnthropicProvider, convert_messages
 from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.providers.errors import ProviderClosedError, ProviderConfigError

@@ -7,7 +7,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from sidecar.fake_provider import FakeModel
+from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
 
 

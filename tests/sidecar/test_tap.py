@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from policies.sampling import is_sampled
-from sidecar.fake_provider import FakeModel
+from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 NDJSON = "application/x-ndjson"

@@ -14,9 +14,9 @@ from collections import Counter
 from aiohttp import web
 
 from policies.sampling import is_sampled
-from sidecar.engine import Job
+from sidecar.engine.case import Job
 from sidecar.runtime import RUNTIME, Runtime
-from sidecar.wire import DecodeError, TapReply, decode_exchanges, encode
+from sidecar.ingest.wire import DecodeError, TapReply, decode_exchanges, encode
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> web.Response:

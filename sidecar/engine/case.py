@@ -29,13 +29,13 @@ from judge.order import audit_selected, presentation_order, swapped
 from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
 from policies.money import Cost, Price, add_costs, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.reservation import judge_worst_case, plan_case
-from sidecar.funnel import FunnelCounter
-from sidecar.intake import Intake
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.engine.handoff import Intake
 from sidecar.providers.base import ChatRequest, ProviderResult
-from sidecar.registry import ActiveTrial, Registry
+from sidecar.engine.registry import ActiveTrial, Registry
 from sidecar.store.base import Store
 from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow
-from sidecar.wire import Exchange
+from sidecar.ingest.wire import Exchange
 
 log = logging.getLogger("shadowtrial.engine")
 

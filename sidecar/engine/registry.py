@@ -13,7 +13,7 @@ from judge.version import JudgeSpec
 from policies.money import Price
 from sidecar.providers.base import Provider
 from sidecar.store.records import TrialRecord
-from sidecar.wire import Exchange
+from sidecar.ingest.wire import Exchange
 
 
 @dataclass(frozen=True)

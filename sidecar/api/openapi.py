@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sidecar.trials import TrialCreate
-from sidecar.wire import Exchange, TapReply
+from sidecar.ingest.wire import Exchange, TapReply
 
 _ERROR = {
     "type": "object",

@@ -22,8 +22,8 @@ import httpx
 
 from sidecar.app import Sidecar
 from sidecar.config import load_config
-from sidecar.fake_provider import FakeModel, FakeProvider
-from sidecar.localconfig import loopback_config
+from sidecar.demo.fake_provider import FakeModel, FakeProvider
+from sidecar.demo.localconfig import loopback_config
 from sidecar.render import pct, render_trial, table, usd
 
 INCUMBENT = "sim-incumbent-large"

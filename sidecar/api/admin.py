@@ -12,12 +12,12 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from sidecar.errors import ApiError, BadRequest
-from sidecar.openapi import openapi_document
+from sidecar.api.openapi import openapi_document
 from sidecar.runtime import RUNTIME
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import decode_create
-from sidecar.views import evaluation, spend_view, summary, trial_view, verdict_view
-from sidecar.wire import encode
+from sidecar.api.views import evaluation, spend_view, summary, trial_view, verdict_view
+from sidecar.ingest.wire import encode
 
 log = logging.getLogger("shadowtrial.admin")
 

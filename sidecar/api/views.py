@@ -12,7 +12,7 @@ from policies.bootstrap import bootstrap_identity
 from policies.verdict import Evaluation, evaluate
 from policies.wording import traffic_wording
 from sidecar.errors import NotFound
-from sidecar.health import judge_health_view
+from sidecar.api.health import judge_health_view
 from sidecar.store.records import OUTCOMES, TrialRecord
 from sidecar.runtime import Runtime
 
