@@ -13,3 +13,9 @@ def execution_site(*, content_uplink: Mapping[str, bool], prompt_retention: bool
     if content_uplink and all(content_uplink.values()) and prompt_retention and cut_over:
         return "control_plane"
     return "local"
+
+
+def runs_here(pinned: str, here: Site) -> bool:
+    """Whether a case of a trial pinned to ``pinned`` may run at ``here`` (rule 7:
+    one execution site per trial, checked before every case is claimed)."""
+    return pinned == here

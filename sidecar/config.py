@@ -135,13 +135,28 @@ class AdminConfig(_Section, frozen=True):
 
 
 class StoreConfig(_Section, frozen=True):
-    """Where trials, cases and the outbox live (a SQLite file path, relative to the working directory)."""
+    """Where trials, cases and the outbox live.
+
+    ``path``: a SQLite file (relative to the working directory), the embedded
+    default for one sidecar. ``url``: ``postgresql://user@host:port/db`` for a
+    fleet of sidecars sharing trials, caps and the case ledger; when set it
+    wins over ``path``. Put a password in the URL only through the
+    ``SHADOWTRIAL_STORE__URL`` environment override, never in the file.
+    """
 
     path: str = "shadowtrial.db"
+    url: str = ""
 
     def _validate(self) -> None:
         if not self.path:
             raise ValueError("path must not be empty")
+        if self.url and not self.url.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("url must start with postgresql:// (or sqlite:// for a file)")
+
+    @property
+    def location(self) -> str:
+        """What :func:`sidecar.store.make_store` opens."""
+        return self.url or self.path
 
 
 class EngineConfig(_Section, frozen=True):
@@ -156,6 +171,13 @@ class EngineConfig(_Section, frozen=True):
     drain_seconds: NonNegativeFloat = 10.0
     default_max_tokens: PositiveInt = 1024
     shadow_header: str = "X-Shadowtrial-Shadow"
+    #: How long this process's claim on its in-flight cases outlives its last
+    #: heartbeat; after that a peer (or this host restarted) marks them indeterminate.
+    lease_seconds: PositiveFloat = 15.0
+    #: How often running trials are re-read from the store (trials created on peers).
+    refresh_seconds: PositiveFloat = 1.0
+    #: How long a case waits for room under the cap that other cases' reservations hold.
+    reserve_wait_seconds: NonNegativeFloat = 30.0
 
     def _validate(self) -> None:
         if not _HEADER_NAME.fullmatch(self.shadow_header):

@@ -1,9 +1,16 @@
 """The runtime: every resource of one sidecar process, opened and closed in order.
 
-Held on the aiohttp apps under :data:`RUNTIME` (no module globals). ``start``
-opens the store, recovers cases left in flight by a crash, loads running
-trials and starts the engine; ``stop`` drains the engine within the deadline,
-flushes the funnel, closes provider clients, then the store.
+Held on the aiohttp apps under :data:`RUNTIME` (no module globals). Two event
+loops: the main one runs the tap and the admin API with the admin's store
+connection; the engine runs on its own thread and loop with its own store
+connection and the provider clients (:mod:`sidecar.engine.engine`). Between
+them: the routing table the tap reads, the bounded hand-off the tap offers
+claims to, and the funnel counter.
+
+``start`` opens the admin store, starts the engine (which recovers cases of
+expired owners and loads running trials) and the funnel flush loop; ``stop``
+stops the engine (drain within the deadline, retire what is left), flushes
+the funnel and closes the admin store.
 """
 
 from __future__ import annotations
@@ -13,27 +20,26 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import httpx
 from aiohttp import web
 
-from judge.paired import PairedJudge
 from policies.money import Price
-from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.config import Config, resolve_model
-from sidecar.engine.case import Engine, Job
-from sidecar.errors import ConfigError, Conflict, NotFound
+from sidecar.engine.engine import SITE, Claim, Engine, EngineSettings
+from sidecar.engine.handoff import Handoff
+from sidecar.engine.subjects import FinishHook
+from sidecar.errors import BadRequest, ConfigError, Conflict, NotFound
 from sidecar.ingest.funnel import FunnelCounter
-from sidecar.engine.handoff import Intake
+from sidecar.ingest.routing import RoutingTable
 from sidecar.prices import PriceBook, load_price_map
 from sidecar.providers.base import Provider
 from sidecar.providers.factory import make_provider
-from sidecar.engine.registry import ActiveTrial, Registry
+from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
-from sidecar.store.sqlite import SQLiteStore
-from sidecar.trials import Resolved, TrialCreate, TrialDefaults, build_trial, spec_of
+from sidecar.trials import Resolved, TrialCreate, TrialDefaults, build_trial
 
 log = logging.getLogger("shadowtrial")
 
@@ -47,69 +53,67 @@ class Runtime:
         self,
         config: Config,
         *,
-        store: Store | None = None,
         clock: Callable[[], float] = time.time,
-        providers: dict[str, Provider] | None = None,
+        hooks: Sequence[FinishHook] = (),
     ) -> None:
         self.config = config
         self.secrets = config.secrets
         self.clock = clock
-        self.store: Store = store or SQLiteStore(config.store.path)
-        self.registry = Registry()
+        self.store: Store = make_store(config.store.location)
+        self.routing = RoutingTable()
         self.funnel = FunnelCounter()
-        self.intake: Intake[Job] = Intake(config.tap.queue_size)
+        self.handoff: Handoff[Claim] = Handoff(config.tap.queue_size)
+        #: Where a claim goes, by the trial's pinned execution site (the uplink adds ``control_plane``).
+        self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
         self.counters: Counter[str] = Counter()
         self.tap_token: str | None = config.secrets.tap_token
-        self.providers: dict[str, Provider] = providers or {}
-        self._own_providers = providers is None
         self.price_book = self._price_book()
+        #: Set (on the main loop) whenever the engine finishes a case.
+        self.progress = asyncio.Event()
+        e = config.engine
         self.engine = Engine(
-            store=self.store,
-            registry=self.registry,
-            intake=self.intake,
+            settings=EngineSettings(
+                workers=e.workers,
+                drain_seconds=e.drain_seconds,
+                shadow_header=e.shadow_header,
+                lease_seconds=e.lease_seconds,
+                refresh_seconds=e.refresh_seconds,
+                reserve_wait_seconds=e.reserve_wait_seconds,
+            ),
+            open_store=lambda: make_store(config.store.location),
+            open_providers=self._open_providers,
+            resolve=self.resolve,
+            routing=self.routing,
             funnel=self.funnel,
-            workers=config.engine.workers,
-            shadow_header=config.engine.shadow_header,
+            handoff=self.handoff,
+            hooks=hooks,
+            on_progress=self._progressed,
             clock=clock,
         )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._flusher: asyncio.Task[None] | None = None
         self.ready = False
-        self.recovered: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
-        if self._own_providers:
-            for name, p in self.config.providers.items():
-                self.providers[name] = make_provider(
-                    p.kind,
-                    p.base_url,
-                    self.secrets.get(name),
-                    timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
-                    limits=httpx.Limits(max_connections=p.max_connections, max_keepalive_connections=p.max_connections),
-                    deadline_s=p.deadline_s,
-                    max_retries=p.max_retries,
-                )
+        self._loop = asyncio.get_running_loop()
         await self.store.open()
-        self.recovered = await self.store.recover_in_flight(self.clock())
-        if self.recovered:
-            log.warning("marked %d case(s) found in flight as indeterminate; none is re-run", len(self.recovered))
-        for record in await self.store.list_trials(status="running"):
-            self.registry.add(self.activate(record))
-        self.engine.start()
+        try:
+            await self.engine.start()
+        except BaseException:
+            await self.store.close()
+            raise
         self._flusher = asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
-        await self.engine.drain(self.config.engine.drain_seconds)
+        await self.engine.stop()
         if self._flusher is not None:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
         await self.funnel.flush(self.store)
-        if self._own_providers:
-            for p in self.providers.values():
-                await p.aclose()
         await self.store.close()
 
     async def _flush_loop(self) -> None:
@@ -119,6 +123,31 @@ class Runtime:
                 await self.funnel.flush(self.store)
             except Exception:
                 log.exception("funnel flush failed; counts kept for the next try")
+
+    def _progressed(self) -> None:
+        """Called on the engine's thread when a case finished."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.progress.set)
+
+    async def idle(self) -> None:
+        """Wait until nothing is queued for the engine and nothing is in flight."""
+        await self.engine.call(self.engine.wait_idle())
+
+    def _open_providers(self) -> dict[str, Provider]:
+        """Provider clients, created on the engine's loop (which they then belong to)."""
+        return {
+            name: make_provider(
+                p.kind,
+                p.base_url,
+                self.secrets.get(name),
+                timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
+                limits=httpx.Limits(max_connections=p.max_connections, max_keepalive_connections=p.max_connections),
+                deadline_s=p.deadline_s,
+                max_retries=p.max_retries,
+            )
+            for name, p in self.config.providers.items()
+        }
 
     # -- models --------------------------------------------------------------
 
@@ -134,28 +163,6 @@ class Runtime:
         except ConfigError as exc:
             raise LookupError(str(exc)) from exc
         return Resolved(provider=r.provider_name, upstream=r.upstream_model, price=r.price)
-
-    def activate(self, record: TrialRecord) -> ActiveTrial:
-        cand = self.resolve(record.candidate_model)
-        judge = self.resolve(record.judge_model)
-        spec = spec_of(record)
-        headers = {self.config.engine.shadow_header: "1", "X-Shadowtrial-Trial": record.id}
-        completer = ProviderCompleter(self.providers[judge.provider], judge.upstream, headers)
-        inc_price = (
-            Price(record.incumbent_price_in, record.incumbent_price_out)
-            if record.incumbent_price_in is not None and record.incumbent_price_out is not None
-            else None
-        )
-        return ActiveTrial(
-            record=record,
-            candidate=self.providers[cand.provider],
-            candidate_upstream=cand.upstream,
-            judge=PairedJudge(completer, spec),
-            judge_spec=spec,
-            candidate_price=Price(record.candidate_price_in, record.candidate_price_out),
-            judge_price=Price(record.judge_price_in, record.judge_price_out),
-            incumbent_price=inc_price,
-        )
 
     # -- trials --------------------------------------------------------------
 
@@ -187,12 +194,13 @@ class Runtime:
             prompt_retention=self.prompt_retention(body.team),
             now=self.clock(),
         )
-        active = self.activate(record)  # every model must be callable before the trial exists
+        if record.execution_site not in self.sinks:
+            raise BadRequest(f"no sink for execution site {record.execution_site!r} on this sidecar", field="$.team")
         body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
         stored = await self.store.create_trial(record, idempotency_key=idempotency_key, body_hash=body_hash)
         created = stored.id == record.id
         if created:
-            self.registry.add(active)
+            self.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
         return stored, created
 
     async def get_trial(self, trial_id: str) -> TrialRecord:
@@ -202,10 +210,12 @@ class Runtime:
         return record
 
     async def stop_trial(self, trial_id: str) -> TrialRecord:
-        updated, changed = await self.store.set_trial_status(trial_id, "stopped", "stopped by operator", ended=True)
+        updated, changed = await self.store.set_trial_status(
+            trial_id, "stopped", "stopped by operator", ended=True, now=self.clock()
+        )
         if updated is None:
             raise NotFound(f"no trial {trial_id!r}")
         if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
             raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
-        self.registry.set_status(trial_id, "stopped")
+        self.routing.remove(trial_id)
         return updated

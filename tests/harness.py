@@ -38,7 +38,8 @@ def default_models() -> dict[str, FakeModel]:
 def write_config(
     tmp: Path, base_url: str, *, workers: int = 8, queue_size: int = 10_000, drain: float = 5.0,
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
-    max_body_bytes: int | None = None, tap_token_env: str = "",
+    max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
+    store_url: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
@@ -48,12 +49,14 @@ def write_config(
         tap_extra += f"max_body_bytes = {max_body_bytes}\n"
     if tap_token_env:
         tap_extra += f"token_env = \"{tap_token_env}\"\n"
-    path.write_text(
-        loopback_config(
-            base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
-            drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, extra=extra,
-        )
+    engine_extra = f"lease_seconds = {lease_seconds}\n" if lease_seconds is not None else ""
+    text = loopback_config(
+        base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
+        drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, engine_extra=engine_extra, extra=extra,
     )
+    if store_url:
+        text = text.replace("[store]\n", f'[store]\nurl = "{store_url}"\n', 1)
+    path.write_text(text)
     return path
 
 
@@ -76,15 +79,32 @@ def exchange(i: int, *, team: str = "team-a", model: str = INCUMBENT, content: s
     return ex
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true or the deadline passes (no fixed sleeps)."""
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]],
+    *,
+    timeout: float = 30.0,
+    what: str = "condition",
+    wake: asyncio.Event | None = None,
+) -> None:
+    """Poll ``predicate`` until true or the deadline passes (no fixed sleeps).
+
+    With ``wake`` (e.g. the runtime's progress event), check again when it is set,
+    and at least every quarter second; otherwise every 20 ms."""
     deadline = time.monotonic() + timeout
     while True:
+        if wake is not None:
+            wake.clear()
         if await predicate():
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+        if wake is None:
+            await asyncio.sleep(0.02)
+        else:
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=0.25)
+            except asyncio.TimeoutError:
+                pass
 
 
 class Harness:
@@ -163,10 +183,10 @@ class Harness:
             nonlocal view
             view = await self.trial(trial_id)
             f = view["funnel"]
-            return f["total"] >= expected_total and f["in_flight"] == 0 and self.runtime.intake.depth == 0
+            return f["total"] >= expected_total and f["in_flight"] == 0 and self.runtime.handoff.depth == 0
 
         try:
-            await wait_for(done, timeout=timeout, what=f"{expected_total} outcomes of {trial_id}")
+            await wait_for(done, timeout=timeout, what=f"{expected_total} outcomes of {trial_id}", wake=self.runtime.progress)
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; last funnel {view.get('funnel')}, queue depth {self.runtime.intake.depth}") from None
+            raise AssertionError(f"{exc}; last funnel {view.get('funnel')}, queue depth {self.runtime.handoff.depth}") from None
         return view

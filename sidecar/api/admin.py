@@ -91,8 +91,7 @@ async def stop_trial(request: web.Request) -> web.Response:
 async def live(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     running = []
-    for t in rt.registry.running():
-        record = await rt.get_trial(t.id)
+    for record in await rt.store.list_trials(status="running"):
         ev = await evaluation(rt, record)
         item = summary(record)
         item["verdict"] = verdict_view(record, ev)
@@ -111,7 +110,7 @@ async def live(request: web.Request) -> web.Response:
                 "unknown_calls": totals["unknown_calls"],
                 "note": "evaluation spend is reported beside the gateway's metered spend, never summed into it",
             },
-            "intake": {"depth": rt.intake.depth, "capacity": rt.intake.maxsize, "in_flight": rt.engine.in_flight},
+            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
             "counters": dict(rt.counters),
         }
     )
@@ -147,9 +146,9 @@ async def metrics(request: web.Request) -> web.Response:
     for reason in ("malformed", "too_large"):
         metric("shadowtrial_tap_rejected_total", "counter", "Tap requests refused by reason.",
                c[f"tap_rejected_{reason}"], f'{{reason="{reason}"}}')
-    metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.intake.depth)
+    metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.handoff.depth)
     metric("shadowtrial_cases_in_flight", "gauge", "Cases being dispatched or judged.", rt.engine.in_flight)
-    metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.registry.running()))
+    metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.routing.current))
     metric("shadowtrial_evaluation_spend_known_micros", "gauge", "Known evaluation spend at list price, micro-dollars.",
            totals["known"])
     metric("shadowtrial_evaluation_spend_reserved_micros", "gauge", "Open reservations, micro-dollars.", totals["reserved"])

@@ -93,15 +93,20 @@ def evaluate_counts(r: TrialRecord, counts: dict[float, int]) -> Evaluation:
 
 def funnel_view(funnel: dict[str, int], states: dict[str, int]) -> dict[str, Any]:
     counts = {o: funnel.get(o, 0) for o in OUTCOMES}
-    in_flight = states.get("reserved", 0) + states.get("dispatched", 0)
+    in_flight = states.get("claimed", 0) + states.get("reserved", 0) + states.get("dispatched", 0)
     return {"outcomes": counts, "total": sum(counts.values()), "in_flight": in_flight}
 
 
 async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
     """The whole view of one trial, from one consistent read of the store."""
-    snap = await rt.store.snapshot(trial_id, pending=rt.funnel.pending)
+    async with rt.funnel.consistent():  # store counts and pending counts, each count in exactly one
+        snap = await rt.store.snapshot(trial_id)
+        pending = rt.funnel.pending(trial_id)
     if snap is None:
         raise NotFound(f"no trial {trial_id!r}")
+    funnel = dict(snap.funnel)
+    for outcome, n in pending.items():
+        funnel[outcome] = funnel.get(outcome, 0) + n
     r = snap.record
     ev = evaluate_counts(r, snap.score_counts)
     out = summary(r)
@@ -111,7 +116,7 @@ async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
             "execution_site": r.execution_site,
             "prompt_retention": r.prompt_retention,
             "judge": {"version_id": r.judge_version_id, "name": r.judge_version_name, "model": r.judge_model},
-            "funnel": funnel_view(snap.funnel, snap.case_states),
+            "funnel": funnel_view(funnel, snap.case_states),
             "spend": spend_view(r),
             "verdict": verdict_view(r, ev),
             "judge_health": judge_health_view(snap.judgments),

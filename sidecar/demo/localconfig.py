@@ -26,11 +26,13 @@ def loopback_config(
     deadline_s: float = 10.0,
     max_retries: int = 2,
     tap_extra: str = "",
+    engine_extra: str = "",
     extra: str = "",
 ) -> str:
     """TOML text: tap and admin on loopback port 0, one ``local`` provider, priced aliases.
 
-    ``tap_extra`` lines go into ``[tap]``; ``extra`` is appended (new tables only).
+    ``tap_extra`` lines go into ``[tap]``, ``engine_extra`` into ``[engine]``; ``extra`` is
+    appended (new tables only).
     """
     models = "".join(
         f'[models."{alias}"]\nprovider = "local"\ninput_price_per_mtok = {inp}\noutput_price_per_mtok = {out}\n'
@@ -48,6 +50,7 @@ path = "{db}"
 [engine]
 workers = {workers}
 drain_seconds = {drain_seconds}
+{engine_extra}
 [judge]
 model = "{judge}"
 max_tokens = {judge_max_tokens}

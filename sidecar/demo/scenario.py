@@ -147,15 +147,15 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
                     if decided or view["status"] != "running" or elapsed > time_budget_s or (gen.done() and _idle(view)):
                         break
                     try:
-                        await asyncio.wait_for(sidecar.runtime.engine.progress.wait(), timeout=0.5)
+                        await asyncio.wait_for(sidecar.runtime.progress.wait(), timeout=0.5)
                     except asyncio.TimeoutError:
                         pass
-                    sidecar.runtime.engine.progress.clear()
+                    sidecar.runtime.progress.clear()
                 screen.done()
                 stop.set()
                 await gen
                 # Cases already sampled finish and settle before the trial is stopped and tabled.
-                await sidecar.runtime.intake.join()
+                await sidecar.runtime.idle()
                 await admin.post(f"/v1/trials/{trial_id}/stop")
                 view = (await admin.get(f"/v1/trials/{trial_id}")).json()
         shadow_incumbent = sum(1 for q in fake.requests if q.model == INCUMBENT and _is_shadow(q.headers))

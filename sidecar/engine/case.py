@@ -1,16 +1,22 @@
-"""The engine: takes sampled (exchange, trial) jobs off the intake queue and runs
-each as one case — reserve, dispatch the candidate, judge the pair, settle.
+"""One case, for any subject: claim, reserve, dispatch the candidate, judge the pair, settle.
 
-Contract:
+Contract of :meth:`CaseRunner.run`:
+
 - Only the candidate and the judge are ever called; the incumbent's answer is
   the one the gateway served.
-- Nothing is dispatched without a reservation that covers the worst case; a
-  reservation that does not fit moves the trial to ``cap_reached``.
-- Every job ends in exactly one funnel outcome (a duplicate delivery of the
-  same exchange to the same trial is not a new job and counts nothing).
+- Nothing is dispatched without a reservation covering its worst case, made
+  atomically against the cap by the store. What a refused reservation means
+  is :func:`policies.spend.refusal`'s decision: wait (bounded) for other
+  cases to release theirs, shed this case (``shed_cap_busy``), end this case
+  (``cap_reached``), or end the trial (``cap_reached``, trial status too).
+- A case is charged at most what it reserved (:func:`policies.spend.charge_call`).
+- Every claimed case ends in exactly one funnel outcome, counted by the store
+  in the transaction that finishes it — an unexpected error included (as
+  ``indeterminate``, with its reason). A re-delivery of the same exchange to
+  the same subject, on this process or a peer, is a ``duplicate`` and counts
+  nothing. Outcomes decided before a claim go to the funnel counter.
 - Failures of the candidate or the judge are outcomes, never scores.
-- On shutdown, workers finish the case in hand within the drain deadline;
-  queued jobs nobody claimed are counted ``shed_stopped``.
+- The post-finish hooks' effects are written in the finishing transaction.
 """
 
 from __future__ import annotations
@@ -21,21 +27,21 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
 
-from judge.completer import Completion
 from judge.order import audit_selected, presentation_order, swapped
 from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
-from policies.money import Cost, Price, add_costs, input_tokens_upper_bound, price_usage, worst_case_micros
-from policies.reservation import judge_worst_case, plan_case
+from policies import spend
+from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
+from policies.reservation import CasePlan, judge_worst_case, plan_case
+from sidecar.engine.subjects import FinishHook, Subject
 from sidecar.ingest.funnel import FunnelCounter
-from sidecar.engine.handoff import Intake
-from sidecar.providers.base import ChatRequest, ProviderResult
-from sidecar.engine.registry import ActiveTrial, Registry
-from sidecar.store.base import Store
-from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow
 from sidecar.ingest.wire import Exchange
+from sidecar.providers.base import ChatRequest, ProviderResult
+from sidecar.store.base import Store
+from sidecar.store.records import CaseFinish, CaseStart, Effect, JudgmentRow, LedgerKind
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -46,11 +52,8 @@ ORDER_KEY = b"shadowtrial-order-v1"
 #: Request parameters that must not reach the candidate as served.
 _DROP_PARAMS = frozenset({"stream", "stream_options", "n", "model", "messages"})
 
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    trial: ActiveTrial
-    exchange: Exchange
+#: How many recent first reservations a subject's "typical case" is the median of.
+TYPICAL_WINDOW = 64
 
 
 def case_id_for(trial_id: str, exchange_id: str) -> str:
@@ -60,13 +63,13 @@ def case_id_for(trial_id: str, exchange_id: str) -> str:
     return h.hexdigest()
 
 
-def candidate_request(trial: ActiveTrial, exchange: Exchange, headers: dict[str, str]) -> tuple[ChatRequest, int]:
+def candidate_request(subject: Subject, exchange: Exchange, headers: dict[str, str]) -> tuple[ChatRequest, int]:
     """The served request with the model swapped and the output bounded."""
     params = {k: v for k, v in exchange.request.params.items() if k not in _DROP_PARAMS}
-    max_tokens = params.pop("max_completion_tokens", None) or params.get("max_tokens") or trial.record.candidate_max_tokens
+    max_tokens = params.pop("max_completion_tokens", None) or params.get("max_tokens") or subject.record.candidate_max_tokens
     max_tokens = int(max_tokens)
     params["max_tokens"] = max_tokens
-    return ChatRequest(model=trial.candidate_upstream, messages=exchange.request.messages, params=params, headers=headers), max_tokens
+    return ChatRequest(model=subject.candidate_upstream, messages=exchange.request.messages, params=params, headers=headers), max_tokens
 
 
 def incumbent_cost(exchange: Exchange, price: Price | None) -> Cost:
@@ -76,268 +79,345 @@ def incumbent_cost(exchange: Exchange, price: Price | None) -> Cost:
     return price_usage(price, usage.inputs(), usage.outputs())
 
 
-class Engine:
+class _Shed(Exception):
+    """A reservation ended the case before dispatch (or before judging)."""
+
+    def __init__(self, outcome: str, error: str, trial_status: str | None = None) -> None:
+        super().__init__(error)
+        self.outcome = outcome
+        self.error = error
+        self.trial_status = trial_status
+
+
+@dataclass
+class _Case:
+    """The case in hand: what it has reserved, and whether its candidate was dispatched."""
+
+    subject: Subject
+    case_id: str
+    reserved: int = 0
+    dispatched: bool = False
+    charges: list[spend.Charge] = field(default_factory=list)
+
+
+class CaseRunner:
+    """Runs cases on the engine's loop against the engine's own store.
+
+    ``reserve_wait_s`` bounds how long a case waits for room that other cases'
+    reservations hold. Waiting cases of a subject form a line; a case of this
+    process that releases a reservation wakes the head of every line, and a
+    head also retries after ``poll_s``, so a peer's releases are seen.
+    """
+
     def __init__(
         self,
         *,
         store: Store,
-        registry: Registry,
-        intake: Intake[Job],
+        owner: str,
         funnel: FunnelCounter,
-        workers: int,
         shadow_header: str,
+        hooks: Sequence[FinishHook] = (),
+        reserve_wait_s: float = 30.0,
+        poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.registry = registry
-        self.intake = intake
+        self.owner = owner
         self.funnel = funnel
-        self.workers = workers
         self.shadow_header = shadow_header
+        self.hooks = tuple(hooks)
+        self.reserve_wait_s = reserve_wait_s
+        self.poll_s = poll_s
         self.clock = clock
-        self._tasks: list[asyncio.Task[None]] = []
-        self.in_flight = 0
-        #: Set whenever a case finishes; tests and the demo wait on it.
-        self.progress = asyncio.Event()
+        self._room = asyncio.Condition()
+        self._lines: dict[str, asyncio.Lock] = {}
+        self._recent: dict[str, deque[int]] = {}
 
-    # -- lifecycle -----------------------------------------------------------
-
-    def start(self) -> None:
-        for i in range(self.workers):
-            self._tasks.append(asyncio.create_task(self._worker(), name=f"shadowtrial-worker-{i}"))
-
-    async def drain(self, deadline_s: float) -> None:
-        """Stop taking new work once the queue is empty or the deadline passes."""
-        self.intake.close()
+    async def run(self, subject: Subject, exchange: Exchange) -> str:
+        """Run one case; returns its outcome (``duplicate`` when it was not a new case)."""
         try:
-            await asyncio.wait_for(self.intake.join(), timeout=deadline_s)
-        except asyncio.TimeoutError:
-            log.warning("drain deadline passed with %d queued and %d in flight", self.intake.depth, self.in_flight)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        for job in self.intake.drain_remaining():
-            self.funnel.add(job.trial.id, "shed_stopped")
+            prepared = self._prepare(subject, exchange)
+        except Exception as exc:  # an exchange the engine cannot turn into a request
+            log.warning("exchange %s cannot be dispatched for %s: %s", exchange.exchange_id, subject.id, exc)
+            self.funnel.add(subject.id, "indeterminate")
+            return "indeterminate"
+        request, max_tokens, plan, audited, judge_calls, start = prepared
+        claimed = await self.store.claim_case(start)
+        if claimed == "duplicate":
+            return "duplicate"
+        if claimed == "not_running":
+            self.funnel.add(subject.id, "shed_stopped")
+            return "shed_stopped"
+        case = _Case(subject, start.case_id)
+        try:
+            finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls)
+        except _Shed as shed:
+            finish = self._finish(case, shed.outcome, error=shed.error, trial_status=shed.trial_status)
+        except asyncio.CancelledError:
+            raise  # the case stays in flight with our owner; retire or a peer's recovery settles it
+        except Exception as exc:
+            log.exception("case %s of %s failed unexpectedly", case.case_id, subject.id)
+            finish = self._unexpected(case, exc)
+        finish = _with_effects(finish, tuple(e for hook in self.hooks for e in hook(subject, finish)))
+        await self.store.finish_case(finish, self.owner)
+        if case.reserved:
+            async with self._room:  # its reservation is released: the heads of the lines try again
+                self._room.notify_all()
+        return finish.outcome
 
-    async def _worker(self) -> None:
-        while True:
-            job = await self.intake.take()
-            self.in_flight += 1
-            try:
-                await self.run_case(job)
-            except asyncio.CancelledError:
-                # The case stays reserved/dispatched in the store; the next start marks it indeterminate.
-                raise
-            except Exception:
-                log.exception("case failed unexpectedly (trial %s)", job.trial.id)
-            finally:
-                self.in_flight -= 1
-                self.intake.done()
-                self.progress.set()
+    # -- steps ---------------------------------------------------------------
 
-    # -- one case ------------------------------------------------------------
-
-    async def run_case(self, job: Job) -> None:
-        trial, exchange = job.trial, job.exchange
-        rec = trial.record
-        status = self.registry.status(trial.id)
-        if status != "running":
-            self.funnel.add(trial.id, "cap_reached" if status == "cap_reached" else "shed_stopped")
-            return
-
-        case_id = case_id_for(trial.id, exchange.exchange_id)
-        headers = {self.shadow_header: "1", "X-Shadowtrial-Trial": trial.id}
-        request, max_tokens = candidate_request(trial, exchange, headers)
-        conversation = exchange.request.messages
-        incumbent_answer = exchange.response.content or ""
-        audited = audit_selected(trial.id, case_id, rec.audit_share, key=ORDER_KEY)
+    def _prepare(self, subject: Subject, exchange: Exchange) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart]:
+        rec = subject.record
+        case_id = case_id_for(subject.id, exchange.exchange_id)
+        headers = {self.shadow_header: "1", "X-Shadowtrial-Trial": subject.id}
+        request, max_tokens = candidate_request(subject, exchange, headers)
+        audited = audit_selected(subject.id, case_id, rec.audit_share, key=ORDER_KEY)
         judge_calls = MAX_CALLS_PER_JUDGMENT * (2 if audited else 1)
-        spec = trial.judge_spec
-
+        incumbent_answer = exchange.response.content or ""
         candidate_input_bound = input_tokens_upper_bound(
             json.dumps(request.messages, ensure_ascii=False),
             json.dumps(request.params.get("tools") or [], ensure_ascii=False),
             messages=len(request.messages),
         )
         plan = plan_case(
-            candidate_price=trial.candidate_price,
+            candidate_price=subject.candidate_price,
             candidate_input_bound=candidate_input_bound,
             candidate_max_tokens=max_tokens,
-            judge_price=trial.judge_price,
-            judge_input_bound_without_candidate=judge_input_upper_bound(conversation, incumbent_answer, "", spec),
-            judge_max_tokens=spec.max_tokens,
+            judge_price=subject.judge_price,
+            judge_input_bound_without_candidate=judge_input_upper_bound(
+                exchange.request.messages, incumbent_answer, "", subject.judge_spec
+            ),
+            judge_max_tokens=subject.judge_spec.max_tokens,
             judge_calls=judge_calls,
         )
-        inc_cost = incumbent_cost(exchange, trial.incumbent_price)
-        now = self.clock()
-        outcome = await self.store.reserve_case(
-            CaseStart(
-                case_id=case_id,
-                trial_id=trial.id,
-                exchange_id=exchange.exchange_id,
-                reserve_micros=plan.total,
-                incumbent_latency_ms=exchange.latency_ms,
-                incumbent_output_tokens=exchange.response.usage.outputs(),
-                incumbent_cost_micros=inc_cost.known_micros,
-                incumbent_cost_coverage=inc_cost.coverage,
-                created_at=now,
-            )
+        inc_cost = incumbent_cost(exchange, subject.incumbent_price)
+        start = CaseStart(
+            case_id=case_id,
+            trial_id=subject.id,
+            exchange_id=exchange.exchange_id,
+            owner=self.owner,
+            incumbent_latency_ms=exchange.latency_ms,
+            incumbent_output_tokens=exchange.response.usage.outputs(),
+            incumbent_cost_micros=inc_cost.known_micros,
+            incumbent_cost_coverage=inc_cost.coverage,
+            created_at=self.clock(),
         )
-        if outcome == "duplicate":
-            return
-        if outcome == "cap_reached":
-            self.registry.set_status(trial.id, "cap_reached")
-            self.funnel.add(trial.id, "cap_reached")
-            return
-        if outcome == "not_running":
-            self.funnel.add(trial.id, "shed_stopped")
-            return
+        return request, max_tokens, plan, audited, judge_calls, start
 
-        await self.store.mark_dispatched(case_id)
-        result = await trial.candidate.chat(request)
-        finish = await self._after_candidate(
-            trial, case_id, plan.candidate_micros, plan.judge_micros, judge_calls, audited,
-            conversation, incumbent_answer, result,
+    async def _reserve(self, case: _Case, amount: int, *, kind: LedgerKind, typical: int) -> None:
+        """Reserve ``amount`` for ``case`` or raise :class:`_Shed`.
+
+        While only other cases' reservations stand in the way, the case waits in
+        its subject's line (first come, first served): only the head of the line
+        retries against the store, so a full cap costs one attempt per release or
+        ``poll_s``, not one per waiting case."""
+        deadline = time.monotonic() + self.reserve_wait_s
+        line = self._lines.setdefault(case.subject.id, asyncio.Lock())
+        if not line.locked() and await self._try_reserve(case, amount, kind=kind, typical=typical):
+            return
+        try:
+            await asyncio.wait_for(line.acquire(), timeout=max(deadline - time.monotonic(), 0))
+        except asyncio.TimeoutError:
+            raise _Shed("shed_cap_busy", "no room under the cap opened within the wait bound") from None
+        try:
+            while not await self._try_reserve(case, amount, kind=kind, typical=typical):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Shed("shed_cap_busy", "no room under the cap opened within the wait bound")
+                async with self._room:
+                    try:
+                        await asyncio.wait_for(self._room.wait(), timeout=min(self.poll_s, left))
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            line.release()
+
+    async def _try_reserve(self, case: _Case, amount: int, *, kind: LedgerKind, typical: int) -> bool:
+        """One attempt: True when reserved, False when it is worth waiting; raises :class:`_Shed` otherwise."""
+        result = await self.store.reserve(case.subject.id, case.case_id, amount, kind=kind, at=self.clock())
+        if result.applied:
+            case.reserved += amount
+            return True
+        why = spend.refusal(
+            status=result.status, cap=result.cap_micros, spent=result.spent_micros, amount=amount, typical=typical
         )
-        await self.store.finish_case(finish)
-        if finish.trial_status is not None:
-            self.registry.set_status(trial.id, finish.trial_status)
+        if why == "not_running":
+            raise _Shed("cap_reached" if result.status == "cap_reached" else "shed_stopped", f"trial is {result.status}")
+        if why == "trial_exhausted":
+            raise _Shed("cap_reached", "the remaining cap cannot cover a typical case", trial_status="cap_reached")
+        if why == "case_too_large":
+            raise _Shed("cap_reached", f"this case's worst case ({amount} µ$) exceeds what is left of the cap")
+        return False
 
-    async def _after_candidate(
+    def _typical(self, subject_id: str, amount: int) -> int:
+        recent = self._recent.setdefault(subject_id, deque(maxlen=TYPICAL_WINDOW))
+        recent.append(amount)
+        return spend.typical_worst_case(recent, amount)
+
+    async def _run_claimed(
         self,
-        trial: ActiveTrial,
-        case_id: str,
-        candidate_reserved: int,
-        judge_reserved: int,
-        judge_calls: int,
+        case: _Case,
+        exchange: Exchange,
+        request: ChatRequest,
+        max_tokens: int,
+        plan: CasePlan,
         audited: bool,
-        conversation: list[dict[str, Any]],
-        incumbent_answer: str,
-        result: ProviderResult,
+        judge_calls: int,
     ) -> CaseFinish:
-        rec = trial.record
-        spec = trial.judge_spec
+        subject = case.subject
+        spec = subject.judge_spec
+        typical = self._typical(subject.id, plan.total)
+        await self._reserve(case, plan.total, kind="reserve", typical=typical)
 
-        # Candidate spend. A call whose cost cannot be priced holds its worst case.
-        if result.ok or result.may_have_billed:
-            cand_cost = price_usage(trial.candidate_price, result.input_tokens, result.output_tokens)
-        else:
-            cand_cost = Cost.zero()  # refused before any work: nothing was billed
-        if result.unknown_fate_attempts and cand_cost.coverage == "complete":
-            # An earlier attempt of this call may also have been billed: not all of it is known.
-            cand_cost = Cost(cand_cost.known_micros, "partial")
-        cand_charge = cand_cost.known_micros if cand_cost.coverage == "complete" else max(candidate_reserved, cand_cost.known_micros)
-        unknown_calls = 0 if cand_cost.coverage == "complete" else 1
-        priced_calls = 1 if cand_cost.coverage != "unknown" and (result.ok or result.may_have_billed) else 0
-
-        def finish(outcome: str, **kw: Any) -> CaseFinish:
-            base: dict[str, Any] = dict(
-                case_id=case_id,
-                trial_id=trial.id,
-                outcome=outcome,
-                charged_micros=cand_charge,
-                known_micros=cand_cost.known_micros,
-                unknown_calls=unknown_calls,
-                priced_calls=priced_calls,
-                candidate_cost_micros=cand_cost.known_micros,
-                candidate_cost_coverage=cand_cost.coverage,
-                judge_cost_micros=0,
-                judge_cost_coverage="complete",
-                candidate_latency_ms=result.latency_ms if result.ok else None,
-                candidate_output_tokens=result.output_tokens,
-                score=None,
-                error=None,
-                finished_at=self.clock(),
-            )
-            base.update(kw)
-            return CaseFinish(**base)
-
+        if not await self.store.mark_dispatched(case.case_id, self.owner):
+            raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
+        case.dispatched = True
+        result = await subject.candidate.chat(request)
+        case.charges.append(_candidate_charge(subject, result, plan.candidate_micros))
         if not result.ok:
-            return finish("candidate_failed", error=f"candidate: {result.error}")
+            return self._finish(case, "candidate_failed", error=f"candidate: {result.error}", result=result)
 
+        conversation = exchange.request.messages
+        incumbent_answer = exchange.response.content or ""
         candidate_answer = result.content or ""
         exact_in = judge_input_upper_bound(conversation, incumbent_answer, candidate_answer, spec)
         judge_need = judge_worst_case(
-            judge_price=trial.judge_price, judge_input_bound=exact_in, judge_max_tokens=spec.max_tokens, judge_calls=judge_calls
+            judge_price=subject.judge_price, judge_input_bound=exact_in, judge_max_tokens=spec.max_tokens, judge_calls=judge_calls
         )
-        if judge_need > judge_reserved:
-            if not await self.store.top_up(case_id, trial.id, judge_need - judge_reserved):
-                return finish("cap_reached", error="judge reservation does not fit", trial_status="cap_reached")
-        per_call_worst = worst_case_micros(trial.judge_price, exact_in, spec.max_tokens)
+        if judge_need > plan.judge_micros:
+            try:
+                await self._reserve(case, judge_need - plan.judge_micros, kind="top_up", typical=typical)
+            except _Shed as shed:
+                return self._finish(case, shed.outcome, error=f"judge not run: {shed.error}", result=result,
+                                    trial_status=shed.trial_status)
+        per_call_worst = worst_case_micros(subject.judge_price, exact_in, spec.max_tokens)
 
-        order = presentation_order(trial.id, case_id, key=ORDER_KEY)
+        order = presentation_order(subject.id, case.case_id, key=ORDER_KEY)
         judgments: list[tuple[PairedJudgment, bool]] = [
-            (await trial.judge.judge(conversation, incumbent_answer, candidate_answer, order), False)
+            (await subject.judge.judge(conversation, incumbent_answer, candidate_answer, order), False)
         ]
         if audited:
-            judgments.append((await trial.judge.judge(conversation, incumbent_answer, candidate_answer, swapped(order)), True))
-
-        judge_cost = Cost.zero()
-        judge_charge = 0
-        j_unknown = 0
-        j_priced = 0
+            judgments.append((await subject.judge.judge(conversation, incumbent_answer, candidate_answer, swapped(order)), True))
+        judge_charges: list[spend.Charge] = []
         for pj, _ in judgments:
             for c in pj.completions:
-                cost = self._judge_call_cost(trial, c)
-                judge_cost = add_costs(judge_cost, cost)
-                if cost.coverage == "complete":
-                    judge_charge += cost.known_micros
-                else:
-                    judge_charge += max(per_call_worst, cost.known_micros)
-                    j_unknown += 1
-                if cost.coverage != "unknown":
-                    j_priced += 1
+                if not c.ok and c.error != "timeout" and c.input_tokens is None and c.output_tokens is None:
+                    continue  # refused before any work (429/5xx/connection): not billed
+                judge_charges.append(spend.charge_call(price_usage(subject.judge_price, c.input_tokens, c.output_tokens), per_call_worst))
+        case.charges.extend(judge_charges)
 
-        rows: list[JudgmentRow] = []
-        now = self.clock()
-        valid: list[int] = []
-        longer = _longer(incumbent_answer, candidate_answer)
-        for pj, is_audit in judgments:
-            if pj.outcome == "verdict" and pj.score is not None:
-                valid.append(pj.score)
-            rows.append(
-                JudgmentRow(
-                    judgment_id=uuid.uuid4().hex,
-                    case_id=case_id,
-                    trial_id=trial.id,
-                    judge_version_id=rec.judge_version_id,
-                    order=pj.order,
-                    is_audit=is_audit,
-                    outcome=pj.outcome,
-                    score=pj.score,
-                    strong=bool(pj.strong),
-                    winner_slot=pj.winner,
-                    error=pj.error,
-                    longer_won=_longer_won(pj, longer),
-                    created_at=now,
-                )
-            )
+        rows = _judgment_rows(subject, case.case_id, judgments, incumbent_answer, candidate_answer, self.clock())
         bodies = None
-        if rec.prompt_retention:
+        if subject.record.prompt_retention:
             bodies = json.dumps(
                 {"messages": conversation, "incumbent": incumbent_answer, "candidate": candidate_answer}, ensure_ascii=False
             )
-        common = dict(
-            charged_micros=cand_charge + judge_charge,
-            known_micros=cand_cost.known_micros + judge_cost.known_micros,
-            unknown_calls=unknown_calls + j_unknown,
-            priced_calls=priced_calls + j_priced,
-            judge_cost_micros=judge_cost.known_micros,
-            judge_cost_coverage=judge_cost.coverage,
+        _, judge_cost, _, _, _ = spend.total(judge_charges)
+        valid = [pj.score for pj, _ in judgments if pj.outcome == "verdict" and pj.score is not None]
+        common: dict[str, Any] = dict(
+            result=result,
+            judge_cost=judge_cost,
             judgments=rows,
             bodies_json=bodies,
         )
         if not valid:
             errors = "; ".join(pj.error or "error" for pj, _ in judgments)
-            return finish("judge_failed", error=f"judge: {errors}", **common)
-        return finish("judged", score=sum(valid) / len(valid), **common)
+            return self._finish(case, "judge_failed", error=f"judge: {errors}", **common)
+        return self._finish(case, "judged", score=sum(valid) / len(valid), **common)
 
-    @staticmethod
-    def _judge_call_cost(trial: ActiveTrial, c: Completion) -> Cost:
-        if not c.ok and c.error != "timeout" and c.input_tokens is None and c.output_tokens is None:
-            return Cost.zero()  # refused before any work (429/5xx/connection): not billed
-        return price_usage(trial.judge_price, c.input_tokens, c.output_tokens)
+    # -- settling ------------------------------------------------------------
+
+    def _finish(
+        self,
+        case: _Case,
+        outcome: str,
+        *,
+        error: str | None = None,
+        result: ProviderResult | None = None,
+        judge_cost: Cost | None = None,
+        judgments: list[JudgmentRow] | None = None,
+        bodies_json: str | None = None,
+        score: float | None = None,
+        trial_status: str | None = None,
+    ) -> CaseFinish:
+        charged, cost, unknown, priced, disputed = spend.total(case.charges)
+        assert charged <= case.reserved, "a case is never charged more than it reserved"
+        cand = case.charges[0].cost if case.charges else Cost.zero()
+        if disputed:
+            error = (error + "; " if error else "") + f"{disputed} disputed usage report(s): charged at the worst case"
+        return CaseFinish(
+            case_id=case.case_id,
+            trial_id=case.subject.id,
+            outcome=outcome,
+            charged_micros=charged,
+            known_micros=cost.known_micros,
+            unknown_calls=unknown,
+            priced_calls=priced,
+            candidate_cost_micros=cand.known_micros,
+            candidate_cost_coverage=cand.coverage,
+            judge_cost_micros=(judge_cost or Cost.zero()).known_micros,
+            judge_cost_coverage=(judge_cost or Cost.zero()).coverage,
+            candidate_latency_ms=result.latency_ms if result is not None and result.ok else None,
+            candidate_output_tokens=result.output_tokens if result is not None else None,
+            score=score,
+            error=error,
+            finished_at=self.clock(),
+            judgments=judgments or [],
+            bodies_json=bodies_json,
+            trial_status=trial_status,
+            trial_status_reason="the remaining cap cannot cover a typical case" if trial_status == "cap_reached" else None,
+        )
+
+    def _unexpected(self, case: _Case, exc: Exception) -> CaseFinish:
+        """An error nobody planned for is an outcome too. A dispatched case may have
+        been billed for anything up to its reservation: that is held, as unknown."""
+        if case.dispatched:
+            case.charges = [spend.Charge(case.reserved, Cost.unknown())]
+        return self._finish(case, "indeterminate", error=f"internal error: {type(exc).__name__}: {exc}"[:500])
+
+
+def _candidate_charge(subject: Subject, result: ProviderResult, worst: int) -> spend.Charge:
+    if not (result.ok or result.may_have_billed):
+        return spend.NOTHING  # refused before any work: nothing was billed
+    charge = spend.charge_call(price_usage(subject.candidate_price, result.input_tokens, result.output_tokens), worst)
+    if result.unknown_fate_attempts and charge.cost.coverage == "complete":
+        # An earlier attempt of this call may also have been billed: not all of it is known.
+        charge = spend.Charge(charge.charged_micros, Cost(charge.cost.known_micros, "partial"), charge.disputed)
+    return charge
+
+
+def _judgment_rows(
+    subject: Subject,
+    case_id: str,
+    judgments: list[tuple[PairedJudgment, bool]],
+    incumbent_answer: str,
+    candidate_answer: str,
+    now: float,
+) -> list[JudgmentRow]:
+    longer = _longer(incumbent_answer, candidate_answer)
+    return [
+        JudgmentRow(
+            judgment_id=uuid.uuid4().hex,
+            case_id=case_id,
+            trial_id=subject.id,
+            judge_version_id=subject.record.judge_version_id,
+            order=pj.order,
+            is_audit=is_audit,
+            outcome=pj.outcome,
+            score=pj.score,
+            strong=bool(pj.strong),
+            winner_slot=pj.winner,
+            error=pj.error,
+            longer_won=_longer_won(pj, longer),
+            created_at=now,
+        )
+        for pj, is_audit in judgments
+    ]
+
+
+def _with_effects(finish: CaseFinish, effects: tuple[Effect, ...]) -> CaseFinish:
+    return replace(finish, effects=finish.effects + effects) if effects else finish
 
 
 def _longer(incumbent: str, candidate: str) -> str | None:

@@ -1,61 +1,88 @@
-"""The bounded intake queue between the tap and the engine.
+"""The bounded hand-off from the tap's event loop to the engine's.
 
-``offer`` never waits: when the queue is full the *newest* item is shed (the
-offer returns False and the caller counts ``shed_queue_full``), so work that
-already waited keeps its place and the tap answers at once whatever the
-engine's pace. Depth is readable at any time for gauges.
+The shape of OpenTelemetry's batch span processor: producers on any thread
+call :meth:`Handoff.offer_many`, which never waits — it takes the lock for a
+few list operations and, only when the consumer is asleep, schedules one
+wake-up on the consumer's loop (one per batch, not per item). When the queue
+is full the *newest* items are refused: the offer returns how many it took
+and the caller counts the rest ``shed_queue_full``, so work that already
+waited keeps its place and the tap answers at once whatever the engine's pace.
 
-``close`` stops accepting; ``drain_remaining`` hands back what nobody took, so
-the caller can count it (``shed_stopped``) instead of losing it silently.
+:meth:`take` runs on the consumer's loop only (the one given to
+:meth:`attach`). :meth:`close` stops accepting; :meth:`drain_remaining`
+hands back what nobody took, so the caller counts it (``shed_stopped``)
+instead of losing it. ``depth`` is safe to read from any thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Generic, TypeVar
+import threading
+from collections import deque
+from typing import Generic, Sequence, TypeVar
 
 T = TypeVar("T")
 
 
-class Intake(Generic[T]):
+class Handoff(Generic[T]):
     def __init__(self, maxsize: int) -> None:
         if maxsize <= 0:
             raise ValueError("queue size must be positive")
-        self._queue: asyncio.Queue[T] = asyncio.Queue(maxsize)
-        self._closed = False
         self.maxsize = maxsize
+        self._items: deque[T] = deque()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._sleeping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready: asyncio.Event | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind the consumer side to ``loop``; call on that loop before :meth:`take`."""
+        self._loop = loop
+        self._ready = asyncio.Event()
+
+    def offer_many(self, items: Sequence[T]) -> int:
+        """Enqueue as many of ``items`` as fit, in order; never blocks. Returns how many."""
+        with self._lock:
+            if self._closed:
+                return 0
+            room = self.maxsize - len(self._items)
+            taken = items if len(items) <= room else items[: max(room, 0)]
+            self._items.extend(taken)
+            wake = self._sleeping and bool(taken)
+            if wake:
+                self._sleeping = False
+        if wake and self._loop is not None and self._ready is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._ready.set)
+            except RuntimeError:  # the consumer's loop closed meanwhile; drain_remaining counts the items
+                pass
+        return len(taken)
 
     def offer(self, item: T) -> bool:
-        """Enqueue ``item`` if there is room and the queue is open; never blocks."""
-        if self._closed:
-            return False
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
-            return False
-        return True
+        return self.offer_many((item,)) == 1
 
     async def take(self) -> T:
-        return await self._queue.get()
-
-    def done(self) -> None:
-        self._queue.task_done()
+        """The oldest item; waits (on the consumer's loop) while the queue is empty."""
+        assert self._ready is not None, "attach() the consumer loop first"
+        while True:
+            with self._lock:
+                if self._items:
+                    return self._items.popleft()
+                self._sleeping = True
+                self._ready.clear()
+            await self._ready.wait()
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._items)
 
     def close(self) -> None:
-        self._closed = True
-
-    async def join(self) -> None:
-        await self._queue.join()
+        with self._lock:
+            self._closed = True
 
     def drain_remaining(self) -> list[T]:
-        out: list[T] = []
-        while True:
-            try:
-                out.append(self._queue.get_nowait())
-            except asyncio.QueueEmpty:
-                return out
-            self._queue.task_done()
+        with self._lock:
+            out = list(self._items)
+            self._items.clear()
+        return out

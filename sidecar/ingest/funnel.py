@@ -1,31 +1,34 @@
-"""Funnel counts for outcomes decided before a case exists.
+"""Funnel counts for outcomes decided before a case is claimed.
 
 The tap decides ``not_sampled``, ``skipped_redacted`` and ``shed_queue_full``
 for every (exchange, trial) pair on the request path, where it must not wait
-for the store. Those counts accumulate here and are flushed to the store by
-the app's flush loop and once more at shutdown. Outcomes of reserved cases are
-counted by the store in the same transaction that finishes the case.
+for the store; the engine adds the few it decides before a claim
+(``shed_stopped`` and the like). Those counts accumulate here — from any
+thread, under a lock never held across I/O — and the runtime's flush loop
+writes them to the store. Outcomes of claimed cases are counted by the store
+in the transaction that finishes the case.
 
-A batch being flushed stays visible (``pending``) until the store has
-committed it; the store calls :meth:`committed` from its own thread right
-after the commit, and reads :meth:`pending` from that same thread inside a
-snapshot, so a trial view never counts a batch twice or misses it. The lock
-makes that cross-thread hand-off safe; it is never held across I/O.
+A read that adds :meth:`pending` to the store's counts does so under
+:meth:`consistent`, the same gate a flush holds from taking its batch to the
+commit, so a count is always in exactly one of the two. The gate belongs to
+the loop that flushes (the runtime's main loop); other sidecars' pending
+counts reach the store within one flush interval.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 
-from sidecar.store.base import Store
+from sidecar.store.base import FunnelStore
 
 
 class FunnelCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: Counter[tuple[str, str]] = Counter()
-        self._flushing: Counter[tuple[str, str]] = Counter()
+        self._gate: asyncio.Lock | None = None
 
     def add(self, trial_id: str, outcome: str, n: int = 1) -> None:
         with self._lock:
@@ -37,32 +40,25 @@ class FunnelCounter:
             self._pending.update(counts)
 
     def pending(self, trial_id: str) -> dict[str, int]:
-        """Counts not yet committed to the store, for one trial (safe from any thread)."""
-        out: Counter[str] = Counter()
+        """Counts not yet written to the store, for one trial."""
         with self._lock:
-            for source in (self._pending, self._flushing):
-                for (t, o), n in source.items():
-                    if t == trial_id:
-                        out[o] += n
-        return dict(out)
+            return {o: n for (t, o), n in self._pending.items() if t == trial_id}
 
-    def committed(self) -> None:
-        """Called by the store, on its thread, right after the flushed batch committed."""
-        with self._lock:
-            self._flushing = Counter()
+    def consistent(self) -> asyncio.Lock:
+        """Hold while reading store counts together with :meth:`pending` (flush loop's loop only)."""
+        if self._gate is None:
+            self._gate = asyncio.Lock()
+        return self._gate
 
-    async def flush(self, store: Store) -> None:
-        with self._lock:
-            if not self._pending or self._flushing:
-                return
-            batch, self._pending = self._pending, Counter()
-            self._flushing = batch
-        try:
-            await store.count_outcomes(dict(batch), on_commit=self.committed)
-        except BaseException:
-            # Put them back: a count is never lost to a failed flush.
+    async def flush(self, store: FunnelStore) -> None:
+        async with self.consistent():
             with self._lock:
-                if self._flushing:
-                    self._pending.update(self._flushing)
-                    self._flushing = Counter()
-            raise
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, Counter()
+            try:
+                await store.count_outcomes(dict(batch))
+            except BaseException:
+                with self._lock:  # put them back: a count is never lost to a failed flush
+                    self._pending.update(batch)
+                raise

@@ -1,8 +1,8 @@
 """The tap: where the gateway hands over copies of served exchanges.
 
 ``POST /v1/exchanges`` answers ``202 {"accepted", "sampled", "shed"}`` as soon as
-the batch is decoded and offered to the intake queue; it never waits for a
-dispatch or for the store. Malformed input is ``400`` with the path of the
+the batch is decoded and its sampled claims are offered to the engine's
+hand-off; it never waits for a dispatch, the store or the engine's loop. Malformed input is ``400`` with the path of the
 first bad field; a body over the limit is ``413``; unknown fields are ignored.
 """
 
@@ -14,7 +14,7 @@ from collections import Counter
 from aiohttp import web
 
 from policies.sampling import is_sampled
-from sidecar.engine.case import Job
+from sidecar.engine.engine import Claim
 from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.wire import DecodeError, TapReply, decode_exchanges, encode
 
@@ -25,21 +25,30 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> we
 
 
 def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
-    """Decode, match, sample and enqueue one batch. Never awaits. Raises DecodeError."""
+    """Decode, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
+
+    A claim goes to the sink of its trial's pinned execution site; a full sink
+    refuses the newest claims, which are counted ``shed_queue_full``."""
     exchanges = decode_exchanges(body, content_type)
-    sampled = shed = 0
+    routes = rt.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
+    claims: dict[str, list[Claim]] = {}
     for ex in exchanges:
-        for trial in rt.registry.match(ex):
+        for route in routes.match(ex):
             if ex.redacted:
-                counts[(trial.id, "skipped_redacted")] += 1
-            elif not is_sampled(trial.id, ex.exchange_id, trial.record.sample_rate):
-                counts[(trial.id, "not_sampled")] += 1
-            elif rt.intake.offer(Job(trial, ex)):
-                sampled += 1
+                counts[(route.trial_id, "skipped_redacted")] += 1
+            elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
+                counts[(route.trial_id, "not_sampled")] += 1
             else:
-                shed += 1
-                counts[(trial.id, "shed_queue_full")] += 1
+                claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
+    sampled = shed = 0
+    for site, batch in claims.items():
+        sink = rt.sinks.get(site)
+        taken = sink.offer_many(batch) if sink is not None else 0
+        sampled += taken
+        for claim in batch[taken:]:
+            shed += 1
+            counts[(claim.trial_id, "shed_queue_full" if sink is not None else "not_at_site")] += 1
     if counts:
         rt.funnel.add_many(counts)
     rt.counters["exchanges_received"] += len(exchanges)

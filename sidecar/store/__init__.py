@@ -1,15 +1,37 @@
-"""The store: trials, cases, judgments, the spend ledger, idempotency keys.
+"""The store: trials, the case ledger, funnel counts, the read model, the outbox.
 
-One interface (:class:`sidecar.store.base.Store`), SQLite behind it by default.
+One contract (:mod:`sidecar.store.base`), two implementations: SQLite, the
+embedded default, and PostgreSQL for a fleet of sidecars sharing trials.
+:func:`make_store` picks one from the configured URL.
 """
 
-from sidecar.store.base import Store
-from sidecar.store.records import (
-    CaseFinish,
-    CaseStart,
-    JudgmentRow,
-    ReserveOutcome,
-    TrialRecord,
-)
+from __future__ import annotations
 
-__all__ = ["Store", "CaseFinish", "CaseStart", "JudgmentRow", "ReserveOutcome", "TrialRecord"]
+from sidecar.store.base import CaseLedger, FunnelStore, ReadModel, Store, TrialStore
+from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, TrialRecord
+
+__all__ = [
+    "CaseFinish",
+    "CaseLedger",
+    "CaseStart",
+    "FunnelStore",
+    "JudgmentRow",
+    "ReadModel",
+    "Store",
+    "TrialRecord",
+    "TrialStore",
+    "make_store",
+]
+
+
+def make_store(url: str) -> Store:
+    """``postgresql://…`` (or ``postgres://…``) opens PostgreSQL; ``sqlite:///path``
+    or a plain file path opens SQLite. Nothing is connected until ``open()``."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from sidecar.store.postgres import PostgresStore
+
+        store: Store = PostgresStore(url)
+        return store
+    from sidecar.store.sqlite import SQLiteStore
+
+    return SQLiteStore(url.removeprefix("sqlite://") if url.startswith("sqlite://") else url)

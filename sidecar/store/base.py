@@ -1,32 +1,50 @@
-"""The store interface the engine and the admin API depend on.
+"""The store contract: four narrow protocols, one conformance suite.
 
-Contract for every implementation:
-- ``reserve_case`` is atomic against the cap: it inserts the case and adds its
-  reservation only if the trial is running and ``spent + reserved + amount <=
-  cap``; otherwise the trial moves to ``cap_reached`` (if it was running) and
-  nothing is inserted. A second case for the same (trial, exchange) is a
-  ``duplicate`` and changes nothing.
-- ``finish_case`` releases the whole reservation of the case and charges what
-  was spent, records judgments and counts the outcome, in one transaction.
-- ``recover_in_flight`` (at start-up) marks every case that was reserved but not
-  finished as ``indeterminate``: a case that never dispatched gets its
-  reservation released; one that did keeps it charged as unknown spend. None is
-  re-run.
-- No method blocks the event loop: implementations do their I/O off it.
+The store *applies* numbers and decides nothing: every rule (what fits under a
+cap, what a case is charged, when a trial is exhausted) lives in
+:mod:`policies`. Each method is one transaction. No method takes a callback or
+runs caller code on the store's own thread. Implementations: SQLite (the
+embedded default, :mod:`sidecar.store.sqlite`) and PostgreSQL for fleets
+(:mod:`sidecar.store.postgres`); ``tests/store/`` runs the same conformance
+suite against both.
+
+Ownership and leases. Each process of a fleet is an *owner* with a lease it
+renews (:meth:`CaseLedger.heartbeat`). Every case in flight (claimed,
+reserved, dispatched) belongs to one owner. Recovery
+(:meth:`CaseLedger.recover_expired`) touches only cases whose owner's lease
+has expired — never a live peer's — and marks them ``indeterminate``: a case
+that never dispatched gets its reservation released; one that did keeps it
+charged as unknown spend (its call may have been billed). Nothing is re-run.
+A finish or dispatch mark from an owner whose case was already recovered
+changes nothing and returns False.
+
+The cap. :meth:`CaseLedger.reserve` is one conditional update: it adds
+``amount`` to the trial's reservation only if the trial is running and
+``spent + reserved + amount <= cap``. :meth:`CaseLedger.finish_case` releases
+the case's whole reservation and charges ``charged_micros``, which the caller
+guarantees is at most what the case reserved; implementations also refuse, as
+a constraint, any row where ``spent + reserved > cap``. So the cap is never
+passed at any moment, whatever the interleaving of processes.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
-from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord, TrialSnapshot
+from sidecar.store.records import (
+    CaseFinish,
+    CaseStart,
+    ClaimOutcome,
+    LedgerEntry,
+    LedgerKind,
+    OutboxRecord,
+    ReserveResult,
+    TrialRecord,
+    TrialSnapshot,
+)
 
 
-class Store(Protocol):
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
+class TrialStore(Protocol):
     async def create_trial(
         self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None
     ) -> TrialRecord:
@@ -36,38 +54,93 @@ class Store(Protocol):
 
     async def get_trial(self, trial_id: str) -> TrialRecord | None: ...
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]: ...
+    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
+        """Newest first."""
+        ...
 
     async def set_trial_status(
-        self, trial_id: str, status: str, reason: str | None, *, ended: bool
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float
     ) -> tuple[TrialRecord | None, bool]:
-        """Conditional: changes nothing when the trial already has ``status``. Returns (record, changed)."""
+        """Conditional: changes nothing when the trial already has ``status``.
+        Returns (record after, changed); (None, False) for an unknown trial."""
         ...
 
-    async def reserve_case(self, case: CaseStart) -> ReserveOutcome: ...
 
-    async def mark_dispatched(self, case_id: str) -> None: ...
+class CaseLedger(Protocol):
+    async def claim_case(self, case: CaseStart) -> ClaimOutcome:
+        """Insert the case as ``claimed`` by ``case.owner``, if its trial is running.
 
-    async def top_up(self, case_id: str, trial_id: str, extra_micros: int) -> bool: ...
-
-    async def finish_case(self, finish: CaseFinish) -> None: ...
-
-    async def count_outcomes(
-        self, counts: Mapping[tuple[str, str], int], *, on_commit: Callable[[], None] | None = None
-    ) -> None:
-        """Add funnel counts for outcomes that never reserved a case, keyed by (trial id, outcome).
-        ``on_commit`` runs right after the commit, before any later read."""
+        A second claim of the same (trial, exchange) — a re-delivery, on this
+        process or another — is ``duplicate`` and changes nothing."""
         ...
 
-    async def recover_in_flight(self, now: float) -> list[str]: ...
+    async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
+        """Add ``micros`` to the case's and the trial's reservation if the trial is
+        running and it fits under the cap; ledger row ``kind`` (reserve | top_up).
+        A ``claimed`` case becomes ``reserved``."""
+        ...
+
+    async def mark_dispatched(self, case_id: str, owner: str) -> bool: ...
+
+    async def finish_case(self, finish: CaseFinish, owner: str) -> bool:
+        """Record the outcome, release the reservation, charge, count the funnel
+        outcome, write judgments and ``finish.effects``, and apply
+        ``finish.trial_status`` to a running trial: one transaction. False (and
+        nothing written) when the case is finished already or is not ``owner``'s."""
+        ...
+
+    async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
+        """Create or renew ``owner``'s lease until ``now + lease_s``."""
+        ...
+
+    async def recover_expired(self, now: float) -> list[str]:
+        """Mark ``indeterminate`` the unfinished cases of every owner whose lease
+        ended before ``now``; forget those owners. Returns the case ids."""
+        ...
+
+    async def retire(self, owner: str, now: float) -> list[str]:
+        """An orderly stop: mark ``owner``'s unfinished cases ``indeterminate`` at
+        once (no lease wait) and end its lease. Returns the case ids."""
+        ...
+
+
+class FunnelStore(Protocol):
+    async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add funnel counts for outcomes that never claimed a case, keyed by (trial id, outcome)."""
+        ...
+
+
+class ReadModel(Protocol):
+    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
+        """The trial and all its figures from one consistent read."""
+        ...
 
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...
 
-    async def snapshot(
-        self, trial_id: str, *, pending: Callable[[str], dict[str, int]] | None = None
-    ) -> TrialSnapshot | None:
-        """The trial and all its figures from one consistent read; ``pending``
-        funnel counts are added inside that read."""
+    async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:
+        """Sums over trials: ``spent``, ``known``, ``reserved``, ``unknown_calls``."""
         ...
 
-    async def total_spend(self) -> dict[str, int]: ...
+    async def ledger(self, trial_id: str) -> list[LedgerEntry]:
+        """The trial's spend ledger in commit order, for audits and replays."""
+        ...
+
+    async def cases(self, trial_id: str) -> list[dict[str, object]]:
+        """Every case of a trial, content-free columns only."""
+        ...
+
+    async def outbox(self, *, limit: int = 1000) -> list[OutboxRecord]:
+        """Records written by post-finish hooks, oldest first."""
+        ...
+
+
+class Store(TrialStore, CaseLedger, FunnelStore, ReadModel, Protocol):
+    """Everything one process needs; opened and closed by the app's lifecycle.
+
+    An instance is bound to the event loop that opened it: the engine opens
+    its own on its loop, the admin API another on the main loop.
+    """
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...

@@ -6,16 +6,25 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed"]
-ReserveOutcome = Literal["reserved", "duplicate", "cap_reached", "not_running"]
+ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
+CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
+LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
 
-#: The funnel of DESIGN.md section 5, plus ``shed_stopped`` (the engine's name)
-#: for jobs dropped unrun because their trial or the process stopped — queued
-#: items left when a drain deadline passed (never dispatched, never silently lost).
+#: The funnel of DESIGN.md section 5, plus three ways a sampled case is shed
+#: unrun, each counted, never silently lost:
+#: ``shed_stopped`` — its trial or the process stopped before it ran (queued
+#: items left when a drain deadline passed); ``shed_cap_busy`` — its
+#: reservation did not fit while other cases held reservations, and no room
+#: opened within the engine's wait bound (the trial keeps running);
+#: ``not_at_site`` — the trial is pinned to another execution site and this
+#: process has no sink for it (DESIGN.md rule 7: never run anywhere else).
 OUTCOMES: tuple[str, ...] = (
     "not_sampled",
     "skipped_redacted",
     "shed_queue_full",
     "shed_stopped",
+    "shed_cap_busy",
+    "not_at_site",
     "cap_reached",
     "candidate_failed",
     "judge_failed",
@@ -65,12 +74,13 @@ class TrialRecord:
 
 @dataclass(frozen=True, slots=True)
 class CaseStart:
-    """A case about to be reserved. Bodies are stored only when ``bodies`` is set."""
+    """A case being claimed by ``owner`` (a process of the fleet). Content-free;
+    bodies are stored only when ``bodies_json`` is set."""
 
     case_id: str
     trial_id: str
     exchange_id: str
-    reserve_micros: int
+    owner: str
     incumbent_latency_ms: float | None
     incumbent_output_tokens: int | None
     incumbent_cost_micros: int
@@ -120,8 +130,55 @@ class CaseFinish:
     judgments: list[JudgmentRow] = field(default_factory=list)
     #: Keep the answers with the case (prompt retention on); None drops bodies.
     bodies_json: str | None = None
-    #: Sets the trial's status in the same transaction (e.g. "cap_reached").
+    #: Moves a *running* trial to this status in the same transaction (e.g. "cap_reached").
     trial_status: str | None = None
+    trial_status_reason: str | None = None
+    #: What follows from the outcome, written in the same transaction (the post-finish hook).
+    effects: tuple[Effect, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """An effect of a finished case: one record for the uplink's outbox.
+
+    ``record_id`` is the deduplication key downstream; writing the same id
+    twice keeps the first (at-least-once delivery, DESIGN.md rule 9).
+    """
+
+    record_id: str
+    topic: str
+    body: str
+
+
+#: Everything a post-finish hook may ask the store to write with the outcome.
+Effect = OutboxRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    """What a conditional reservation did, and the figures it was decided on.
+
+    The store applies ``spent + reserved + amount <= cap`` atomically; when it
+    did not apply, the figures let :mod:`policies.spend` decide what follows.
+    """
+
+    applied: bool
+    cap_micros: int
+    spent_micros: int
+    reserved_micros: int
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One row of the spend ledger, in commit order (``seq``)."""
+
+    seq: int
+    trial_id: str
+    case_id: str | None
+    kind: str
+    micros: int
+    at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,27 @@
 """SQLite schema, as numbered migrations applied in order at open.
+:func:`statements` splits a script where SQLite itself says a statement is
+complete, so a trigger body's inner statements stay whole.
 
 Cases hold no content: prompt and answer bodies live in ``bodies_json`` only
 when the team's prompt retention is on.
 """
 
 from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+
+
+def statements(script: str) -> Iterator[str]:
+    """The complete SQL statements of ``script``, in order."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf.strip()
+            buf = ""
+    if buf.strip():
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {buf.strip()[:80]!r}")
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the trial loop
@@ -110,5 +127,28 @@ MIGRATIONS: tuple[str, ...] = (
         trial_id TEXT NOT NULL,
         created_at REAL NOT NULL
     );
+    """,
+    # 2: a fleet's case ledger: owners with leases, the post-finish outbox, the cap as a constraint
+    """
+    ALTER TABLE cases ADD COLUMN owner TEXT;
+    CREATE INDEX cases_owner_state ON cases (owner, state);
+    CREATE TABLE owners (
+        owner TEXT PRIMARY KEY,
+        lease_until REAL NOT NULL,
+        started_at REAL NOT NULL
+    );
+    CREATE TABLE outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        record_id TEXT NOT NULL UNIQUE,
+        topic TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE TRIGGER trials_cap_never_passed BEFORE UPDATE OF spent_micros, reserved_micros ON trials
+    WHEN NEW.spent_micros + NEW.reserved_micros > NEW.cap_micros
+     AND NEW.spent_micros + NEW.reserved_micros > OLD.spent_micros + OLD.reserved_micros
+    BEGIN
+        SELECT RAISE(ABORT, 'spend cap would be passed');
+    END;
     """,
 )

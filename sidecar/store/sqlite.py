@@ -13,13 +13,23 @@ import asyncio
 import dataclasses
 import sqlite3
 import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store.records import CaseFinish, CaseStart, JudgmentRow, ReserveOutcome, TrialRecord, TrialSnapshot
-from sidecar.store.schema import MIGRATIONS
+from sidecar.store.records import (
+    CaseFinish,
+    CaseStart,
+    ClaimOutcome,
+    JudgmentRow,
+    LedgerEntry,
+    LedgerKind,
+    OutboxRecord,
+    ReserveResult,
+    TrialRecord,
+    TrialSnapshot,
+)
+from sidecar.store.schema import MIGRATIONS, statements
 
 T = TypeVar("T")
 
@@ -72,16 +82,16 @@ class SQLiteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
             for number, script in enumerate(MIGRATIONS, start=1):
-                if number <= version:
-                    continue
+                # The version is read under the write lock: a second process
+                # opening the same fresh file waits here, then skips what the
+                # first one applied.
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    for statement in script.split(";"):
-                        if statement.strip():
+                    if number > conn.execute("PRAGMA user_version").fetchone()[0]:
+                        for statement in statements(script):
                             conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version={number}")
+                        conn.execute(f"PRAGMA user_version={number}")
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
@@ -150,7 +160,7 @@ class SQLiteStore:
         return await self._run(fn)
 
     async def set_trial_status(
-        self, trial_id: str, status: str, reason: str | None, *, ended: bool
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float
     ) -> tuple[TrialRecord | None, bool]:
         """Set the status unless it already is ``status``; returns (record, changed)."""
 
@@ -158,7 +168,7 @@ class SQLiteStore:
             cur = conn.execute(
                 "UPDATE trials SET status=?, status_reason=?, "
                 "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ?",
-                (status, reason, int(ended), time.time(), trial_id, status),
+                (status, reason, int(ended), now, trial_id, status),
             )
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
             return (None if row is None else _trial(row)), cur.rowcount == 1
@@ -167,70 +177,72 @@ class SQLiteStore:
 
     # -- cases -----------------------------------------------------------------
 
-    async def reserve_case(self, case: CaseStart) -> ReserveOutcome:
-        def fn(conn: sqlite3.Connection) -> ReserveOutcome:
-            if conn.execute(
-                "SELECT 1 FROM cases WHERE trial_id=? AND exchange_id=?", (case.trial_id, case.exchange_id)
-            ).fetchone():
-                return "duplicate"
+    async def claim_case(self, case: CaseStart) -> ClaimOutcome:
+        def fn(conn: sqlite3.Connection) -> ClaimOutcome:
+            row = conn.execute("SELECT status FROM trials WHERE id=?", (case.trial_id,)).fetchone()
+            if row is None or row["status"] != "running":
+                return "not_running"
             cur = conn.execute(
-                "UPDATE trials SET reserved_micros = reserved_micros + ? "
-                "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros",
-                (case.reserve_micros, case.trial_id, case.reserve_micros),
-            )
-            if cur.rowcount == 0:
-                row = conn.execute("SELECT status FROM trials WHERE id=?", (case.trial_id,)).fetchone()
-                if row is None or row["status"] != "running":
-                    return "not_running"
-                conn.execute(
-                    "UPDATE trials SET status='cap_reached', status_reason='next reservation does not fit' WHERE id=?",
-                    (case.trial_id,),
-                )
-                return "cap_reached"
-            conn.execute(
-                "INSERT INTO cases (id, trial_id, exchange_id, state, reserved_micros, incumbent_latency_ms, "
+                "INSERT INTO cases (id, trial_id, exchange_id, owner, state, reserved_micros, incumbent_latency_ms, "
                 "incumbent_output_tokens, incumbent_cost_micros, incumbent_cost_coverage, bodies_json, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "VALUES (?,?,?,?,'claimed',0,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                 (
-                    case.case_id, case.trial_id, case.exchange_id, "reserved", case.reserve_micros,
-                    case.incumbent_latency_ms, case.incumbent_output_tokens, case.incumbent_cost_micros,
-                    case.incumbent_cost_coverage, case.bodies_json, case.created_at,
+                    case.case_id, case.trial_id, case.exchange_id, case.owner, case.incumbent_latency_ms,
+                    case.incumbent_output_tokens, case.incumbent_cost_micros, case.incumbent_cost_coverage,
+                    case.bodies_json, case.created_at,
                 ),
             )
-            conn.execute(
-                "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
-                (case.trial_id, case.case_id, "reserve", case.reserve_micros, case.created_at),
-            )
-            return "reserved"
+            return "claimed" if cur.rowcount == 1 else "duplicate"
 
         return await self._write(fn)
 
-    async def mark_dispatched(self, case_id: str) -> None:
-        await self._write(lambda c: c.execute("UPDATE cases SET state='dispatched' WHERE id=? AND state='reserved'", (case_id,)))
-
-    async def top_up(self, case_id: str, trial_id: str, extra_micros: int) -> bool:
-        def fn(conn: sqlite3.Connection) -> bool:
+    async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
+        def fn(conn: sqlite3.Connection) -> ReserveResult:
+            # Only an unfinished case of this trial may reserve: a finished (or
+            # recovered) case is never released again, so its reservation would
+            # stay on the trial for good.
             cur = conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros + ? "
-                "WHERE id=? AND spent_micros + reserved_micros + ? <= cap_micros",
-                (extra_micros, trial_id, extra_micros),
+                "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
+                "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
+                (micros, trial_id, micros, case_id, trial_id),
             )
-            if cur.rowcount == 0:
-                return False
-            conn.execute("UPDATE cases SET reserved_micros = reserved_micros + ? WHERE id=?", (extra_micros, case_id))
-            conn.execute(
-                "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
-                (trial_id, case_id, "top_up", extra_micros, time.time()),
-            )
-            return True
+            applied = cur.rowcount == 1
+            if applied:
+                conn.execute(
+                    "UPDATE cases SET reserved_micros = reserved_micros + ?, "
+                    "state = CASE WHEN state='claimed' THEN 'reserved' ELSE state END WHERE id=?",
+                    (micros, case_id),
+                )
+                conn.execute(
+                    "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
+                    (trial_id, case_id, kind, micros, at),
+                )
+            row = conn.execute(
+                "SELECT cap_micros, spent_micros, reserved_micros, status FROM trials WHERE id=?", (trial_id,)
+            ).fetchone()
+            if row is None:
+                return ReserveResult(False, 0, 0, 0, "missing")
+            return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
 
         return await self._write(fn)
 
-    async def finish_case(self, finish: CaseFinish) -> None:
-        def fn(conn: sqlite3.Connection) -> None:
-            row = conn.execute("SELECT reserved_micros, state FROM cases WHERE id=?", (finish.case_id,)).fetchone()
-            if row is None or row["state"] == "finished":
-                return
+    async def mark_dispatched(self, case_id: str, owner: str) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE cases SET state='dispatched' WHERE id=? AND owner=? AND state='reserved'", (case_id, owner)
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def finish_case(self, finish: CaseFinish, owner: str) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT reserved_micros FROM cases WHERE id=? AND owner=? AND state != 'finished'", (finish.case_id, owner)
+            ).fetchone()
+            if row is None:
+                return False
             reserved = row["reserved_micros"]
             conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
@@ -240,9 +252,9 @@ class SQLiteStore:
             )
             if finish.trial_status is not None:
                 conn.execute(
-                    "UPDATE trials SET status=?, status_reason=COALESCE(status_reason, 'next reservation does not fit') "
+                    "UPDATE trials SET status=?, status_reason=?, ended_at=COALESCE(ended_at, ?) "
                     "WHERE id=? AND status='running'",
-                    (finish.trial_status, finish.trial_id),
+                    (finish.trial_status, finish.trial_status_reason, finish.finished_at, finish.trial_id),
                 )
             conn.execute(
                 "UPDATE cases SET state='finished', outcome=?, charged_micros=?, candidate_cost_micros=?, "
@@ -255,13 +267,10 @@ class SQLiteStore:
                     finish.bodies_json, finish.case_id,
                 ),
             )
-            conn.executemany(
-                "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
-                [
-                    (finish.trial_id, finish.case_id, "release", reserved, finish.finished_at),
-                    (finish.trial_id, finish.case_id, "charge", finish.charged_micros, finish.finished_at),
-                ],
-            )
+            ledger = [(finish.trial_id, finish.case_id, "charge", finish.charged_micros, finish.finished_at)]
+            if reserved:
+                ledger.insert(0, (finish.trial_id, finish.case_id, "release", reserved, finish.finished_at))
+            conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
             conn.executemany(
                 "INSERT INTO judgments (id, case_id, trial_id, judge_version_id, presentation_order, is_audit, outcome, "
                 "score, strong, winner_slot, error, longer_won, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -274,64 +283,57 @@ class SQLiteStore:
                     for j in finish.judgments
                 ],
             )
+            conn.executemany(
+                "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                [(e.record_id, e.topic, e.body, finish.finished_at) for e in finish.effects],
+            )
             _bump(conn, finish.trial_id, finish.outcome, 1)
+            return True
+
+        return await self._write(fn)
+
+    async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
+        if not counts:
+            return
+
+        def fn(conn: sqlite3.Connection) -> None:
+            for (trial_id, outcome), n in counts.items():
+                _bump(conn, trial_id, outcome, n)
 
         await self._write(fn)
 
-    async def count_outcomes(
-        self, counts: Mapping[tuple[str, str], int], *, on_commit: Callable[[], None] | None = None
-    ) -> None:
-        if not counts:
-            if on_commit is not None:
-                on_commit()
-            return
+    async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO owners (owner, lease_until, started_at) VALUES (?,?,?) "
+                "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
+                (owner, now + lease_s, now),
+            )
+        )
 
-        def tx(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for (trial_id, outcome), n in counts.items():
-                    _bump(conn, trial_id, outcome, n)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            if on_commit is not None:
-                on_commit()  # on this thread, before any later snapshot can read
-
-        await self._run(tx)
-
-    async def recover_in_flight(self, now: float) -> list[str]:
+    async def recover_expired(self, now: float) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT id, trial_id, state, reserved_micros FROM cases WHERE state IN ('reserved', 'dispatched')"
+            gone = [r["owner"] for r in conn.execute("SELECT owner FROM owners WHERE lease_until < ?", (now,))]
+            recovered: list[str] = []
+            for owner in gone:
+                recovered += _mark_indeterminate(conn, owner, now, "its owner's lease expired")
+                conn.execute("DELETE FROM owners WHERE owner=?", (owner,))
+            # Cases of an owner with no lease row at all (written before leases existed).
+            orphans = conn.execute(
+                "SELECT DISTINCT COALESCE(owner, '') AS owner FROM cases WHERE state != 'finished' "
+                "AND (owner IS NULL OR owner NOT IN (SELECT owner FROM owners))"
             ).fetchall()
-            for r in rows:
-                dispatched = r["state"] == "dispatched"
-                # A dispatched call may have been billed: hold its reservation as unknown spend.
-                charged = r["reserved_micros"] if dispatched else 0
-                conn.execute(
-                    "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
-                    "unknown_calls = unknown_calls + ? WHERE id=?",
-                    (r["reserved_micros"], charged, 1 if dispatched else 0, r["trial_id"]),
-                )
-                conn.execute(
-                    "UPDATE cases SET state='finished', outcome='indeterminate', charged_micros=?, "
-                    "candidate_cost_coverage=?, judge_cost_coverage=?, error=?, finished_at=? WHERE id=?",
-                    (
-                        charged, "unknown" if dispatched else "complete", "unknown" if dispatched else "complete",
-                        "in flight when the process stopped" + ("" if dispatched else " (never dispatched)"),
-                        now, r["id"],
-                    ),
-                )
-                conn.executemany(
-                    "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
-                    [
-                        (r["trial_id"], r["id"], "release", r["reserved_micros"], now),
-                        (r["trial_id"], r["id"], "hold_unknown", charged, now),
-                    ],
-                )
-                _bump(conn, r["trial_id"], "indeterminate", 1)
-            return [r["id"] for r in rows]
+            for r in orphans:
+                recovered += _mark_indeterminate(conn, r["owner"] or None, now, "its owner is gone")
+            return recovered
+
+        return await self._write(fn)
+
+    async def retire(self, owner: str, now: float) -> list[str]:
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            ids = _mark_indeterminate(conn, owner, now, "in flight when the process stopped")
+            conn.execute("DELETE FROM owners WHERE owner=?", (owner,))
+            return ids
 
         return await self._write(fn)
 
@@ -340,14 +342,8 @@ class SQLiteStore:
     async def score_counts(self, trial_id: str) -> dict[float, int]:
         return await self._run(lambda conn: _score_counts(conn, trial_id))
 
-    async def snapshot(
-        self, trial_id: str, *, pending: Callable[[str], dict[str, int]] | None = None
-    ) -> TrialSnapshot | None:
-        """A trial and its figures read together, so they agree with each other.
-
-        ``pending`` (funnel counts not yet committed) is read on the store's
-        thread inside the same read, so a count is in exactly one of the two.
-        """
+    async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
+        """A trial and its figures read together, so they agree with each other."""
 
         def fn(conn: sqlite3.Connection) -> TrialSnapshot | None:
             conn.execute("BEGIN")  # one read transaction: consistent across processes too
@@ -355,13 +351,9 @@ class SQLiteStore:
                 row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
                 if row is None:
                     return None
-                funnel = _funnel(conn, trial_id)
-                if pending is not None:
-                    for outcome, n in pending(trial_id).items():
-                        funnel[outcome] = funnel.get(outcome, 0) + n
                 return TrialSnapshot(
                     record=_trial(row),
-                    funnel=funnel,
+                    funnel=_funnel(conn, trial_id),
                     score_counts=_score_counts(conn, trial_id),
                     case_states=_case_states(conn, trial_id),
                     judgments=_judgments(conn, trial_id),
@@ -372,29 +364,83 @@ class SQLiteStore:
 
         return await self._run(fn)
 
-    async def total_spend(self) -> dict[str, int]:
+    async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:
         def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            r = conn.execute(
+            sql = (
                 "SELECT COALESCE(SUM(spent_micros),0) AS spent, COALESCE(SUM(known_micros),0) AS known, "
                 "COALESCE(SUM(reserved_micros),0) AS reserved, COALESCE(SUM(unknown_calls),0) AS unknown_calls "
                 "FROM trials"
-            ).fetchone()
+            )
+            args: list[Any] = []
+            if teams is not None:
+                sql += f" WHERE team IN ({', '.join('?' for _ in teams)})"
+                args.extend(teams)
+            r = conn.execute(sql, args).fetchone()
             return {k: r[k] for k in ("spent", "known", "reserved", "unknown_calls")}
 
         return await self._run(fn)
 
-    async def cases(self, trial_id: str) -> list[dict[str, Any]]:
+    async def cases(self, trial_id: str) -> list[dict[str, object]]:
         """Every case of a trial, content-free columns only (for tests and audits)."""
 
-        def fn(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, object]]:
             rows = conn.execute(
-                "SELECT id, exchange_id, state, outcome, reserved_micros, charged_micros, score, error FROM cases "
+                "SELECT id, exchange_id, owner, state, outcome, reserved_micros, charged_micros, score, error FROM cases "
                 "WHERE trial_id=? ORDER BY created_at, id",
                 (trial_id,),
             )
             return [dict(r) for r in rows]
 
         return await self._run(fn)
+
+    async def ledger(self, trial_id: str) -> list[LedgerEntry]:
+        def fn(conn: sqlite3.Connection) -> list[LedgerEntry]:
+            rows = conn.execute(
+                "SELECT seq, trial_id, case_id, kind, micros, at FROM spend_ledger WHERE trial_id=? ORDER BY seq",
+                (trial_id,),
+            )
+            return [LedgerEntry(r["seq"], r["trial_id"], r["case_id"], r["kind"], r["micros"], r["at"]) for r in rows]
+
+        return await self._run(fn)
+
+    async def outbox(self, *, limit: int = 1000) -> list[OutboxRecord]:
+        def fn(conn: sqlite3.Connection) -> list[OutboxRecord]:
+            rows = conn.execute("SELECT record_id, topic, body FROM outbox ORDER BY seq LIMIT ?", (limit,))
+            return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
+
+        return await self._run(fn)
+
+
+def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float, why: str) -> list[str]:
+    """Finish ``owner``'s unfinished cases as ``indeterminate``; none is re-run.
+
+    A case that dispatched may have been billed: its reservation is held as
+    unknown spend. One that never dispatched has its reservation released."""
+    rows = conn.execute(
+        "SELECT id, trial_id, state, reserved_micros FROM cases WHERE owner IS ? AND state != 'finished'", (owner,)
+    ).fetchall()
+    for r in rows:
+        dispatched = r["state"] == "dispatched"
+        charged = r["reserved_micros"] if dispatched else 0
+        conn.execute(
+            "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
+            "unknown_calls = unknown_calls + ? WHERE id=?",
+            (r["reserved_micros"], charged, 1 if dispatched else 0, r["trial_id"]),
+        )
+        coverage = "unknown" if dispatched else "complete"
+        conn.execute(
+            "UPDATE cases SET state='finished', outcome='indeterminate', charged_micros=?, candidate_cost_coverage=?, "
+            "judge_cost_coverage=?, error=?, finished_at=? WHERE id=?",
+            (charged, coverage, coverage, why + ("" if dispatched else " (never dispatched)"), now, r["id"]),
+        )
+        ledger = []
+        if r["reserved_micros"]:
+            ledger.append((r["trial_id"], r["id"], "release", r["reserved_micros"], now))
+        if charged:
+            ledger.append((r["trial_id"], r["id"], "hold_unknown", charged, now))
+        conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
+        _bump(conn, r["trial_id"], "indeterminate", 1)
+    return [r["id"] for r in rows]
 
 
 def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:

@@ -196,7 +196,7 @@ async def test_idempotency_key_returns_the_original_trial(tmp_path: Path) -> Non
         trials = (await c.get("/v1/trials")).json()["trials"]
         assert len(trials) == 2
         # Only the created trials are running (the replays did not register a second copy).
-        assert len(h.runtime.registry.running()) == 2
+        assert len(h.runtime.routing.current) == 2
 
 
 async def test_concurrent_creates_with_one_key_make_one_trial(tmp_path: Path) -> None:
@@ -207,7 +207,7 @@ async def test_concurrent_creates_with_one_key_make_one_trial(tmp_path: Path) ->
         assert sorted(r.status_code for r in replies) == [200] * 7 + [201]
         assert len({r.json()["id"] for r in replies}) == 1
         assert len((await c.get("/v1/trials")).json()["trials"]) == 1
-        assert len(h.runtime.registry.running()) == 1
+        assert len(h.runtime.routing.current) == 1
 
 
 async def test_an_overlong_idempotency_key_is_400(tmp_path: Path) -> None:

@@ -258,7 +258,7 @@ async def test_a_full_intake_queue_sheds_while_the_tap_answers_at_once(tmp_path:
             return h.fake.calls[CANDIDATE] == 1
 
         await wait_for(candidate_called, timeout=10, what="the first candidate call")
-        assert rt.engine.in_flight == 1 and rt.intake.depth == 0
+        assert rt.engine.in_flight == 1 and rt.handoff.depth == 0
 
         # The worker is stuck on the candidate: two jobs fit in the queue, the rest are shed.
         reply = await h.send([exchange(i) for i in range(1, 6)])
@@ -266,7 +266,7 @@ async def test_a_full_intake_queue_sheds_while_the_tap_answers_at_once(tmp_path:
         reply = await h.send([exchange(i) for i in range(6, 9)])
         assert reply == {"accepted": 3, "sampled": 0, "shed": 3}
         # Both replies came back while the first case was still in the candidate's hands.
-        assert not rt.engine.progress.is_set(), "a case finished before the tap replied"
+        assert not rt.progress.is_set(), "a case finished before the tap replied"
         assert rt.engine.in_flight == 1
         assert h.fake.calls[CANDIDATE] == 1
 
@@ -277,7 +277,7 @@ async def test_a_full_intake_queue_sheds_while_the_tap_answers_at_once(tmp_path:
         assert h.admin
         live = (await h.admin.get("/v1/live")).json()
         assert live["intake"] == {"depth": 2, "capacity": 2, "in_flight": 1}
-        assert not rt.engine.progress.is_set()
+        assert not rt.progress.is_set()
 
 
 async def test_tap_token_is_required_when_configured(tmp_path: Path) -> None:

@@ -1,0 +1,309 @@
+"""The engine: its own thread and event loop, off the tap's.
+
+The tap's loop only decodes, matches, samples and offers :class:`Claim`\\ s to
+the :class:`~sidecar.engine.handoff.Handoff`; everything that waits on a
+provider or the store happens here, so a flood of exchanges cannot starve the
+cases and a slow provider cannot delay the tap. The engine owns, on its loop:
+its own store connection, the provider clients, the subjects of running
+trials, ``workers`` case tasks, and three housekeeping tasks —
+
+- **refresh**: every ``refresh_seconds`` re-reads the running trials from the
+  store, activates new subjects and installs the tap's routing table, so a
+  trial created or stopped on another sidecar of the fleet is seen here;
+- **heartbeat**: renews this process's lease every third of ``lease_seconds``;
+- **sweep**: marks ``indeterminate`` the in-flight cases of owners whose lease
+  expired (a crashed peer, or this host's previous life) — never a live
+  peer's, never re-run.
+
+Shutdown (:meth:`Engine.stop`): stop accepting; let workers finish what is
+queued and in hand within the drain deadline; count what is left queued
+``shed_stopped``; cancel what is still in hand and *retire* this owner, which
+marks those cases ``indeterminate`` at once; close providers and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence, TypeVar
+
+from policies.site import Site, runs_here
+from sidecar.engine.case import CaseRunner
+from sidecar.engine.handoff import Handoff
+from sidecar.engine.subjects import FinishHook, Subject, activate
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.routing import RoutingTable
+from sidecar.ingest.wire import Exchange
+from sidecar.providers.base import Provider
+from sidecar.store.base import Store
+from sidecar.store.records import TrialRecord
+from sidecar.trials import Resolved
+
+log = logging.getLogger("shadowtrial.engine")
+
+T = TypeVar("T")
+
+#: This engine's execution site (DESIGN.md section 9): it runs local trials only.
+SITE: Site = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A sampled (trial, exchange): plain data, no clients or judges inside."""
+
+    trial_id: str
+    exchange: Exchange
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    workers: int
+    drain_seconds: float
+    shadow_header: str
+    lease_seconds: float
+    refresh_seconds: float
+    reserve_wait_seconds: float
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        settings: EngineSettings,
+        open_store: Callable[[], Store],
+        open_providers: Callable[[], dict[str, Provider]],
+        resolve: Callable[[str], Resolved],
+        routing: RoutingTable,
+        funnel: FunnelCounter,
+        handoff: Handoff[Claim],
+        hooks: Sequence[FinishHook] = (),
+        on_progress: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._open_store = open_store
+        self._open_providers = open_providers
+        self.resolve = resolve
+        self.routing = routing
+        self.funnel = funnel
+        self.handoff = handoff
+        self.hooks = tuple(hooks)
+        self.on_progress = on_progress
+        self.clock = clock
+        #: This process in the fleet's case ledger.
+        self.owner = f"{uuid.uuid4().hex[:12]}"
+        self.in_flight = 0
+        self.recovered: list[str] = []
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._store: Store | None = None
+        self._providers: dict[str, Provider] = {}
+        self._subjects: dict[str, Subject] = {}
+        self._runner: CaseRunner | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._chores: list[asyncio.Task[None]] = []
+        self._idle: asyncio.Event | None = None
+
+    # -- running code on the engine's loop from another -----------------------
+
+    async def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop and await its result from the caller's loop."""
+        assert self._loop is not None, "engine not started"
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        ready = threading.Event()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=main, name="shadowtrial-engine", daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(ready.wait)
+        try:
+            await self.call(self._start())
+        except BaseException:
+            await self._stop_thread()
+            raise
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.handoff.attach(loop)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._store = self._open_store()
+        await self._store.open()
+        self._providers = self._open_providers()
+        s = self.settings
+        self._runner = CaseRunner(
+            store=self._store,
+            owner=self.owner,
+            funnel=self.funnel,
+            shadow_header=s.shadow_header,
+            hooks=self.hooks,
+            reserve_wait_s=s.reserve_wait_seconds,
+            clock=self.clock,
+        )
+        await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
+        self.recovered = await self._store.recover_expired(self.clock())
+        if self.recovered:
+            log.warning("marked %d case(s) of a stopped process indeterminate; none is re-run", len(self.recovered))
+        await self.refresh()
+        self._workers = [loop.create_task(self._worker(), name=f"shadowtrial-worker-{i}") for i in range(s.workers)]
+        self._chores = [
+            loop.create_task(self._every(s.refresh_seconds, self.refresh), name="shadowtrial-refresh"),
+            loop.create_task(self._every(s.lease_seconds / 3, self._heartbeat), name="shadowtrial-heartbeat"),
+            loop.create_task(self._every(s.lease_seconds / 2, self._sweep), name="shadowtrial-sweep"),
+        ]
+
+    async def stop(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            await self.call(self._stop())
+        finally:
+            await self._stop_thread()
+
+    async def _stop(self) -> None:
+        self.handoff.close()
+        try:
+            await asyncio.wait_for(self.wait_idle(), timeout=self.settings.drain_seconds)
+        except asyncio.TimeoutError:
+            log.warning("drain deadline passed with %d queued and %d in flight", self.handoff.depth, self.in_flight)
+        for task in self._workers + self._chores:
+            task.cancel()
+        await asyncio.gather(*self._workers, *self._chores, return_exceptions=True)
+        for claim in self.handoff.drain_remaining():
+            self.funnel.add(claim.trial_id, "shed_stopped")
+        store = self._store
+        if store is not None:
+            try:
+                retired = await store.retire(self.owner, self.clock())
+                if retired:
+                    log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
+            finally:
+                for p in self._providers.values():
+                    await p.aclose()
+                await store.close()
+
+    async def _stop_thread(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        self._loop = None
+        self._thread = None
+
+    async def wait_idle(self) -> None:
+        """Until nothing is queued and nothing in flight (on the engine's loop)."""
+        assert self._idle is not None
+        while self.handoff.depth or self.in_flight:
+            self._idle.clear()
+            await self._idle.wait()
+
+    # -- work ----------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        assert self._runner is not None and self._idle is not None
+        while True:
+            claim = await self.handoff.take()
+            self.in_flight += 1
+            try:
+                await self._run(claim)
+            finally:
+                self.in_flight -= 1
+                self._idle.set()
+                self.on_progress()
+
+    async def _run(self, claim: Claim) -> None:
+        assert self._runner is not None
+        subject = self._subjects.get(claim.trial_id) or await self._load(claim.trial_id)
+        if subject is None:
+            self.funnel.add(claim.trial_id, "shed_stopped")
+            return
+        if not runs_here(subject.record.execution_site, SITE):
+            self.funnel.add(claim.trial_id, "not_at_site")
+            return
+        try:
+            await self._runner.run(subject, claim.exchange)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store failed under the case: it stays in flight with our owner, and
+            # retire (or a peer's sweep after our lease) gives it its outcome.
+            log.exception("case of %s could not be recorded; it is settled by recovery", claim.trial_id)
+
+    async def _load(self, trial_id: str) -> Subject | None:
+        """A claim for a trial this engine has not activated yet (created moments ago here or on a peer)."""
+        assert self._store is not None
+        record = await self._store.get_trial(trial_id)
+        if record is None or record.status != "running":
+            return None
+        return self._activate(record)
+
+    def _activate(self, record: TrialRecord) -> Subject | None:
+        try:
+            subject = activate(
+                record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header
+            )
+        except (LookupError, KeyError) as exc:
+            log.error("trial %s cannot run on this sidecar: %s", record.id, exc)
+            return None
+        self._subjects[record.id] = subject
+        return subject
+
+    # -- housekeeping ----------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Re-read running trials; activate new ones; install the tap's routes."""
+        assert self._store is not None
+        edits = self.routing.edits
+        running = await self._store.list_trials(status="running")
+        fresh: dict[str, Subject] = {}
+        for record in running:
+            subject = self._subjects.get(record.id) or self._activate(record)
+            if subject is not None:
+                fresh[record.id] = subject
+        self._subjects = fresh
+        self.routing.replace([r for r in running if r.id in fresh], edits_seen=edits)
+
+    async def _heartbeat(self) -> None:
+        assert self._store is not None
+        await self._store.heartbeat(self.owner, now=self.clock(), lease_s=self.settings.lease_seconds)
+
+    async def _sweep(self) -> None:
+        assert self._store is not None
+        recovered = await self._store.recover_expired(self.clock())
+        if recovered:
+            log.warning("marked %d case(s) of an expired peer indeterminate; none is re-run", len(recovered))
+            self.on_progress()
+
+    async def _every(self, seconds: float, chore: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await chore()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("engine chore %s failed; it runs again next interval", getattr(chore, "__name__", chore))
+
+    @property
+    def subjects(self) -> Mapping[str, Subject]:
+        return self._subjects
+

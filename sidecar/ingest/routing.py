@@ -1,0 +1,110 @@
+"""Which running trials an exchange goes to: an immutable table the tap reads.
+
+The tap matches every exchange against the running trials without touching
+the store. :class:`Routes` is immutable and swapped whole, so a reader on any
+thread sees one consistent table. :class:`RoutingTable` holds the current
+one: the admin API edits it at once when a trial is created or stopped here,
+and the engine replaces it from the store every refresh interval, so a trial
+created or stopped on another sidecar of the fleet shows within a second or
+two. A refresh read from the store *before* a local edit is dropped rather
+than undoing the edit (the next refresh sees both).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Iterable
+
+from sidecar.ingest.wire import Exchange
+from sidecar.store.records import TrialRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What the tap needs of a running trial: its filter, sample rate and site."""
+
+    trial_id: str
+    team: str
+    incumbent_model: str
+    route: str | None
+    gateway: str | None
+    sample_rate: float
+    execution_site: str
+
+    @classmethod
+    def of(cls, r: TrialRecord) -> Route:
+        return cls(r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site)
+
+    def matches(self, exchange: Exchange) -> bool:
+        if self.route is not None and exchange.route != self.route:
+            return False
+        return self.gateway is None or exchange.gateway == self.gateway
+
+
+class Routes:
+    """An immutable set of routes, indexed by (team, incumbent model)."""
+
+    __slots__ = ("_by_key", "_ids")
+
+    def __init__(self, routes: Iterable[Route] = ()) -> None:
+        by_key: dict[tuple[str, str], list[Route]] = {}
+        ids: dict[str, Route] = {}
+        for r in routes:
+            by_key.setdefault((r.team, r.incumbent_model), []).append(r)
+            ids[r.trial_id] = r
+        self._by_key = {k: tuple(v) for k, v in by_key.items()}
+        self._ids = ids
+
+    def match(self, exchange: Exchange) -> tuple[Route, ...]:
+        candidates = self._by_key.get((exchange.team, exchange.model), ())
+        return tuple(r for r in candidates if r.matches(exchange)) if candidates else ()
+
+    def __contains__(self, trial_id: object) -> bool:
+        return trial_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    def with_route(self, route: Route) -> Routes:
+        return Routes([*(r for r in self._ids.values() if r.trial_id != route.trial_id), route])
+
+    def without(self, trial_id: str) -> Routes:
+        return Routes(r for r in self._ids.values() if r.trial_id != trial_id)
+
+
+class RoutingTable:
+    """The current :class:`Routes`, swapped whole under a lock (readers take no lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._edits = 0
+        self.current = Routes()
+
+    @property
+    def edits(self) -> int:
+        """A counter of local edits; read it before a refresh's store read."""
+        return self._edits
+
+    def add(self, record: TrialRecord) -> None:
+        with self._lock:
+            self.current = self.current.with_route(Route.of(record))
+            self._edits += 1
+
+    def remove(self, trial_id: str) -> None:
+        with self._lock:
+            self.current = self.current.without(trial_id)
+            self._edits += 1
+
+    def replace(self, records: Iterable[TrialRecord], *, edits_seen: int) -> bool:
+        """Install the running trials read from the store, unless a local edit came
+        after the read began (``edits_seen``); returns whether it was installed."""
+        routes = Routes(Route.of(r) for r in records)
+        with self._lock:
+            if self._edits != edits_seen:
+                return False
+            self.current = routes
+            return True
