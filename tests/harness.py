@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import httpx
 
@@ -19,6 +19,7 @@ from sidecar.app import Sidecar
 from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
+from sidecar.engine.subjects import FinishHook
 
 INCUMBENT = "inc-model"
 CANDIDATE = "cand-model"
@@ -39,7 +40,7 @@ def write_config(
     tmp: Path, base_url: str, *, workers: int = 8, queue_size: int = 10_000, drain: float = 5.0,
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
-    store_url: str = "",
+    refresh_seconds: float | None = None, store_url: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
@@ -50,6 +51,7 @@ def write_config(
     if tap_token_env:
         tap_extra += f"token_env = \"{tap_token_env}\"\n"
     engine_extra = f"lease_seconds = {lease_seconds}\n" if lease_seconds is not None else ""
+    engine_extra += f"refresh_seconds = {refresh_seconds}\n" if refresh_seconds is not None else ""
     text = loopback_config(
         base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
         drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, engine_extra=engine_extra, extra=extra,
@@ -115,6 +117,7 @@ class Harness:
         models: dict[str, FakeModel] | None = None,
         seed: int = 1,
         environ: Mapping[str, str] | None = None,
+        hooks: Sequence[FinishHook] = (),
         **config_kw: Any,
     ) -> None:
         """``environ`` is what the config loader sees (secrets such as the tap token); ``config_kw`` go to
@@ -123,6 +126,7 @@ class Harness:
         self.environ: dict[str, str] = dict(environ or {})
         self.fake = FakeProvider(models or default_models(), seed=seed)
         self.config_kw = config_kw
+        self.hooks = tuple(hooks)
         self.sidecar: Sidecar | None = None
         self.config: Config | None = None
         self.admin: httpx.AsyncClient | None = None
@@ -132,7 +136,7 @@ class Harness:
         await self.fake.start()
         path = write_config(self.tmp, self.fake.base_url, **self.config_kw)
         self.config = load_config(str(path), self.environ)
-        self.sidecar = Sidecar(self.config)
+        self.sidecar = Sidecar(self.config, hooks=self.hooks)
         await self.sidecar.start()
         self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0)
         self.tap = httpx.AsyncClient(base_url=self.sidecar.tap_url, timeout=30.0)
