@@ -145,12 +145,8 @@ class CaseRunner:
         claimed = await self.store.claim_case(start)
         if claimed == "duplicate":
             return "duplicate"
-        if claimed == "not_running":
-            # The trial ended meanwhile: by its cap, the case is one the cap refused.
-            record = await self.store.get_trial(subject.id)
-            outcome = "cap_reached" if record is not None and record.status == "cap_reached" else "shed_stopped"
-            self.funnel.add(subject.id, outcome)
-            return outcome
+        if claimed == "not_running":  # the trial ended meanwhile; the store recorded and counted the case
+            return "not_running"
         case = _Case(subject, start.case_id)
         try:
             finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls)

@@ -233,8 +233,8 @@ class Engine:
     async def _run(self, claim: Claim) -> None:
         assert self._runner is not None
         subject = self._subjects.get(claim.trial_id) or await self._load(claim.trial_id)
-        if isinstance(subject, str):  # the trial is no longer running: say why it was not run
-            self.funnel.add(claim.trial_id, "cap_reached" if subject == "cap_reached" else "shed_stopped")
+        if subject is None:
+            self.funnel.add(claim.trial_id, "shed_stopped")
             return
         if not runs_here(subject.record.execution_site, SITE):
             self.funnel.add(claim.trial_id, "not_at_site")
@@ -248,14 +248,14 @@ class Engine:
             # retire (or a peer's sweep after our lease) gives it its outcome.
             log.exception("case of %s could not be recorded; it is settled by recovery", claim.trial_id)
 
-    async def _load(self, trial_id: str) -> Subject | str:
-        """A claim for a trial this engine holds no subject of: created moments ago (here or on a
-        peer), or ended since. Returns the subject, or the status of a trial that cannot run."""
+    async def _load(self, trial_id: str) -> Subject | None:
+        """A claim for a trial this engine holds no subject of: created moments ago (here or on
+        a peer), or ended since. Its subject is activated whatever its status, so the claim
+        goes through the store like any other: a re-delivery is a duplicate, and a case of
+        an ended trial is counted with the reason the store gives."""
         assert self._store is not None
         record = await self._store.get_trial(trial_id)
-        if record is None or record.status != "running":
-            return "missing" if record is None else record.status
-        return self._activate(record) or "inactive"
+        return None if record is None else self._activate(record)
 
     def _activate(self, record: TrialRecord) -> Subject | None:
         try:

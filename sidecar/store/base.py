@@ -70,8 +70,14 @@ class CaseLedger(Protocol):
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
         """Insert the case as ``claimed`` by ``case.owner``, if its trial is running.
 
+        If the trial has ended, the case is recorded at once as finished with
+        :func:`~sidecar.store.records.ended_outcome` (``cap_reached`` or
+        ``shed_stopped``), counted, and ``not_running`` returned: so a
+        re-delivery of it is a duplicate too, and counts nothing.
+
         A second claim of the same (trial, exchange) — a re-delivery, on this
-        process or another — is ``duplicate`` and changes nothing."""
+        process or another — is ``duplicate`` and changes nothing, even when the
+        trial has ended since (the first claim already has its outcome)."""
         ...
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:

@@ -33,6 +33,13 @@ OUTCOMES: tuple[str, ...] = (
 )
 
 
+def ended_outcome(status: str) -> str | None:
+    """The funnel outcome of a case claimed for a trial in ``status`` (None: running, it runs)."""
+    if status == "running":
+        return None
+    return "cap_reached" if status == "cap_reached" else "shed_stopped"
+
+
 @dataclass(frozen=True, slots=True)
 class TrialRecord:
     id: str

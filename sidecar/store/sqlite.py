@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import (
     CaseFinish,
+    ended_outcome,
     CaseStart,
     ClaimOutcome,
     JudgmentRow,
@@ -179,20 +180,35 @@ class SQLiteStore:
 
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
         def fn(conn: sqlite3.Connection) -> ClaimOutcome:
+            # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
+            if conn.execute(
+                "SELECT 1 FROM cases WHERE trial_id=? AND exchange_id=?", (case.trial_id, case.exchange_id)
+            ).fetchone():
+                return "duplicate"
             row = conn.execute("SELECT status FROM trials WHERE id=?", (case.trial_id,)).fetchone()
-            if row is None or row["status"] != "running":
+            if row is None:
                 return "not_running"
+            ended = ended_outcome(row["status"])
             cur = conn.execute(
-                "INSERT INTO cases (id, trial_id, exchange_id, owner, state, reserved_micros, incumbent_latency_ms, "
-                "incumbent_output_tokens, incumbent_cost_micros, incumbent_cost_coverage, bodies_json, created_at) "
-                "VALUES (?,?,?,?,'claimed',0,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                "INSERT INTO cases (id, trial_id, exchange_id, owner, state, outcome, reserved_micros, charged_micros, "
+                "incumbent_latency_ms, incumbent_output_tokens, incumbent_cost_micros, incumbent_cost_coverage, "
+                "bodies_json, error, created_at, finished_at) "
+                "VALUES (?,?,?,?,?,?,0,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
                 (
-                    case.case_id, case.trial_id, case.exchange_id, case.owner, case.incumbent_latency_ms,
-                    case.incumbent_output_tokens, case.incumbent_cost_micros, case.incumbent_cost_coverage,
-                    case.bodies_json, case.created_at,
+                    case.case_id, case.trial_id, case.exchange_id, case.owner,
+                    "claimed" if ended is None else "finished", ended, None if ended is None else 0,
+                    case.incumbent_latency_ms, case.incumbent_output_tokens, case.incumbent_cost_micros,
+                    case.incumbent_cost_coverage, None if ended else case.bodies_json,
+                    None if ended is None else f"trial is {row['status']}", case.created_at,
+                    None if ended is None else case.created_at,
                 ),
             )
-            return "claimed" if cur.rowcount == 1 else "duplicate"
+            if cur.rowcount != 1:
+                return "duplicate"
+            if ended is not None:
+                _bump(conn, case.trial_id, ended, 1)
+                return "not_running"
+            return "claimed"
 
         return await self._write(fn)
 

@@ -1,0 +1,167 @@
+"""PostgreSQL schema, as numbered migrations applied at open.
+
+The tables, columns and meanings are those of the SQLite schema
+(:mod:`sidecar.store.schema`), in PostgreSQL's types: money in BIGINT
+micro-dollars, times and scores in DOUBLE PRECISION, flags in BOOLEAN. Key
+text columns use the "C" collation so every ``ORDER BY id`` agrees with
+SQLite's byte order whatever the database's locale.
+
+The cap is a table constraint (SQLite uses a trigger for the same rule):
+``spent + reserved <= cap`` and ``reserved >= 0`` hold for every committed row.
+
+:func:`migrate` applies what is missing in one transaction under a
+transaction-scoped advisory lock, so several sidecars starting at once on one
+database apply each migration exactly once; ``shadowtrial_schema_version``
+records which. A database migrated by a newer release (a version above ours)
+is left alone: migrations only ever add.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+#: The pg_advisory_xact_lock key that serialises migrations: a fixed bigint owned by shadowtrial.
+MIGRATION_LOCK = 0x5F3C_2A91_7D0E_4B6C
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the trial loop and a fleet's case ledger (owners, leases, outbox)
+    """
+    CREATE TABLE trials (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        team TEXT NOT NULL,
+        incumbent_model TEXT NOT NULL,
+        candidate_model TEXT NOT NULL,
+        route TEXT,
+        gateway TEXT,
+        sample_rate DOUBLE PRECISION NOT NULL,
+        cap_micros BIGINT NOT NULL,
+        expected_cases BIGINT NOT NULL,
+        delta DOUBLE PRECISION NOT NULL,
+        min_cases BIGINT NOT NULL,
+        audit_share DOUBLE PRECISION NOT NULL,
+        candidate_max_tokens BIGINT NOT NULL,
+        candidate_price_in BIGINT NOT NULL,
+        candidate_price_out BIGINT NOT NULL,
+        judge_price_in BIGINT NOT NULL,
+        judge_price_out BIGINT NOT NULL,
+        incumbent_price_in BIGINT,
+        incumbent_price_out BIGINT,
+        judge_model TEXT NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        judge_version_name TEXT NOT NULL,
+        judge_spec_json TEXT NOT NULL,
+        execution_site TEXT NOT NULL,
+        prompt_retention BOOLEAN NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        status TEXT NOT NULL,
+        status_reason TEXT,
+        ended_at DOUBLE PRECISION,
+        spent_micros BIGINT NOT NULL DEFAULT 0,
+        known_micros BIGINT NOT NULL DEFAULT 0,
+        reserved_micros BIGINT NOT NULL DEFAULT 0,
+        unknown_calls BIGINT NOT NULL DEFAULT 0,
+        priced_calls BIGINT NOT NULL DEFAULT 0,
+        CONSTRAINT trials_reserved_not_negative CHECK (reserved_micros >= 0),
+        CONSTRAINT trials_cap_never_passed CHECK (spent_micros + reserved_micros <= cap_micros)
+    );
+    CREATE INDEX trials_team_created ON trials (team, created_at DESC);
+    CREATE TABLE cases (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        trial_id TEXT COLLATE "C" NOT NULL REFERENCES trials(id),
+        exchange_id TEXT NOT NULL,
+        owner TEXT,
+        state TEXT NOT NULL,              -- claimed | reserved | dispatched | finished
+        outcome TEXT,
+        reserved_micros BIGINT NOT NULL,
+        charged_micros BIGINT,
+        incumbent_latency_ms DOUBLE PRECISION,
+        incumbent_output_tokens BIGINT,
+        incumbent_cost_micros BIGINT NOT NULL,
+        incumbent_cost_coverage TEXT NOT NULL,
+        candidate_cost_micros BIGINT,
+        candidate_cost_coverage TEXT,
+        judge_cost_micros BIGINT,
+        judge_cost_coverage TEXT,
+        candidate_latency_ms DOUBLE PRECISION,
+        candidate_output_tokens BIGINT,
+        score DOUBLE PRECISION,
+        error TEXT,
+        bodies_json TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        finished_at DOUBLE PRECISION,
+        CONSTRAINT cases_one_per_exchange UNIQUE (trial_id, exchange_id)
+    );
+    CREATE INDEX cases_trial_outcome ON cases (trial_id, outcome);
+    CREATE INDEX cases_unfinished_owner ON cases (owner) WHERE state <> 'finished';
+    CREATE TABLE judgments (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        case_id TEXT COLLATE "C" NOT NULL REFERENCES cases(id),
+        trial_id TEXT COLLATE "C" NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        presentation_order TEXT NOT NULL,
+        is_audit BOOLEAN NOT NULL,
+        outcome TEXT NOT NULL,
+        score INTEGER,
+        strong BOOLEAN NOT NULL,
+        winner_slot TEXT,
+        error TEXT,
+        longer_won BOOLEAN,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX judgments_trial ON judgments (trial_id);
+    CREATE TABLE funnel (
+        trial_id TEXT COLLATE "C" NOT NULL,
+        outcome TEXT COLLATE "C" NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (trial_id, outcome)
+    );
+    CREATE TABLE spend_ledger (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        trial_id TEXT COLLATE "C" NOT NULL,
+        case_id TEXT COLLATE "C",
+        kind TEXT NOT NULL,               -- reserve | top_up | release | charge | hold_unknown
+        micros BIGINT NOT NULL,
+        at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX spend_ledger_trial ON spend_ledger (trial_id, seq);
+    CREATE TABLE idempotency (
+        key TEXT PRIMARY KEY,
+        body_hash TEXT NOT NULL,
+        trial_id TEXT COLLATE "C" NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE owners (
+        owner TEXT PRIMARY KEY,
+        lease_until DOUBLE PRECISION NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE outbox (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        record_id TEXT NOT NULL UNIQUE,
+        topic TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    """,
+)
+
+
+async def migrate(conn: Any) -> int:
+    """Bring the database connected on ``conn`` (an asyncpg connection) up to
+    ``len(MIGRATIONS)``; returns the version it was at before."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS shadowtrial_schema_version ("
+            "version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        current: int = await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM shadowtrial_schema_version")
+        for number, script in enumerate(MIGRATIONS, start=1):
+            if number <= current:
+                continue
+            await conn.execute(script)  # no arguments: asyncpg runs a multi-statement script
+            await conn.execute(
+                "INSERT INTO shadowtrial_schema_version (version, applied_at) VALUES ($1, $2)", number, time.time()
+            )
+        return current

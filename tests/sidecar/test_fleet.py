@@ -1,0 +1,154 @@
+"""A fleet: three ``shadowtrial serve`` processes on one real PostgreSQL.
+
+A trial created through one sidecar runs on all three; every exchange is
+delivered twice, to two different sidecars, and is judged exactly once; the
+funnel adds up to what was offered; a second trial with a tight cap is
+shared by all three and its spend ledger, replayed in commit order, never
+passes the cap. Then one sidecar is SIGKILLed mid-run: only its in-flight
+cases become ``indeterminate`` (once its lease has expired), the other two go
+on, and none of its cases is re-run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sidecar.demo.fake_provider import FakeModel, FakeProvider
+from sidecar.store import make_store
+from tests.harness import CANDIDATE, INCUMBENT, exchange, wait_for, write_config
+from tests.pg import PostgresServer
+from tests.sidecar.test_lifecycle import Client, ServerProcess, fake_and_servers, start_server  # noqa: F401
+from tests.sidecar.test_pipeline import ledger_peak
+
+LEASE_S = 1.0
+
+
+async def running_trials(client: Client) -> int:
+    text = (await client.admin.get("/metrics")).text
+    m = re.search(r"^shadowtrial_running_trials (\d+)", text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+async def create(client: Client, **over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+        "spend_cap_usd": 10.0, "sample_rate": 1.0, "audit_share": 0.0,
+    }
+    body.update(over)
+    r = await client.admin.post("/v1/trials", json=body)
+    assert r.status_code == 201, r.text
+    view: dict[str, Any] = r.json()
+    return view
+
+
+def candidate_calls(fake: FakeProvider) -> Counter[tuple[str, str]]:
+    """Candidate calls per (trial, exchange id)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for q in fake.requests:
+        if q.model == CANDIDATE:
+            trial = next(v for k, v in q.headers.items() if k.lower() == "x-shadowtrial-trial")
+            out[(trial, "ex-" + q.body["messages"][0]["content"].removeprefix("question "))] += 1
+    return out
+
+
+async def test_three_sidecars_share_trials_caps_and_the_case_ledger(
+    tmp_path: Path, pg_server: PostgresServer, fake_and_servers: tuple[FakeProvider, list[ServerProcess]]
+) -> None:
+    fake, servers = fake_and_servers
+    fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(5.0, 40.0))
+    dsn = pg_server.create_database()
+    config = write_config(tmp_path, fake.base_url, workers=8, lease_seconds=LEASE_S, refresh_seconds=0.2, store_url=dsn)
+    clients = [(await start_server(servers, config, tmp_path))[1] for _ in range(3)]
+    store = make_store(dsn)
+    await store.open()
+    try:
+        # One trial with room for everything; one whose cap runs out (about 10 worst cases).
+        wide = await create(clients[0])
+        tight = await create(clients[1], spend_cap_usd=0.08)
+
+        async def all_route_both() -> bool:
+            return all([await running_trials(c) == 2 for c in clients])
+
+        await wait_for(all_route_both, timeout=15, what="every sidecar to route both trials")
+
+        # Every exchange goes to two different sidecars.
+        n = 150
+        sends = []
+        for k in range(0, n, 25):
+            batch = [exchange(i) for i in range(k, k + 25)]
+            first = (k // 25) % 3
+            sends += [clients[first].send(batch), clients[(first + 1) % 3].send(batch)]
+        await asyncio.gather(*sends)
+
+        async def settled() -> bool:
+            views = [await clients[0].trial(t["id"]) for t in (wide, tight)]
+            return all(v["funnel"]["total"] == n and v["funnel"]["in_flight"] == 0 for v in views)
+
+        try:
+            await wait_for(settled, timeout=60, what="both trials to account for every exchange")
+        except AssertionError:
+            raise AssertionError([(await clients[0].trial(t["id"]))["funnel"] for t in (wide, tight)])
+        w, t = await clients[2].trial(wide["id"]), await clients[2].trial(tight["id"])
+        assert w["funnel"]["outcomes"]["judged"] == n == w["funnel"]["total"]
+        assert t["funnel"]["total"] == n and t["status"] == "cap_reached"
+        assert t["funnel"]["outcomes"]["cap_reached"] > 0 and t["funnel"]["outcomes"]["judged"] > 0
+        calls = candidate_calls(fake)
+        assert all(calls[(wide["id"], f"ex-{i}")] == 1 for i in range(n)), "each exchange judged exactly once"
+        assert all(calls[(tight["id"], f"ex-{i}")] <= 1 for i in range(n))
+        owners = Counter(c["owner"] for c in await store.cases(wide["id"]))
+        assert len(owners) == 3, f"all three sidecars ran cases: {owners}"
+        peak, charged = ledger_peak(await store.ledger(tight["id"]))
+        cap = t["spend"]["cap_micros"]
+        print(f"\nfleet: {n} exchanges × 2 deliveries; tight trial cap {cap} µ$, ledger peak {peak} µ$, "
+              f"charged {charged} µ$, judged {t['funnel']['outcomes']['judged']}; cases by sidecar {sorted(owners.values())}")
+        assert peak <= cap and charged == t["spend"]["charged_micros"] <= cap
+
+        # SIGKILL one sidecar with cases in flight; its peers keep going.
+        fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(1500.0, 1500.0))
+        await clients[0].admin.post(f"/v1/trials/{tight['id']}/stop")
+        doomed = [exchange(1000 + i) for i in range(8)]
+        survivors = [exchange(2000 + i) for i in range(8)]
+        await clients[2].send(doomed)
+        await asyncio.gather(clients[0].send(survivors[:4]), clients[1].send(survivors[4:]))
+
+        async def all_dispatched() -> bool:
+            return sum(1 for (tr, _ex) in candidate_calls(fake) if tr == wide["id"]) >= n + 16
+
+        await wait_for(all_dispatched, timeout=15, what="the 16 slow candidate calls")
+        victim = next(c["owner"] for c in await store.cases(wide["id"]) if c["exchange_id"] == "ex-1000")
+        servers[2].signal(9)
+        await servers[2].wait(5.0)
+        await clients[2].aclose()
+
+        async def recovered() -> bool:
+            cases = [c for c in await store.cases(wide["id"]) if c["exchange_id"] in {e["exchange_id"] for e in doomed + survivors}]
+            return len(cases) == 16 and all(c["state"] == "finished" for c in cases)
+
+        await wait_for(recovered, timeout=30, what="the peers' cases to finish and the victim's to be recovered")
+        cases = {c["exchange_id"]: c for c in await store.cases(wide["id"])}
+        for e in doomed:
+            c = cases[e["exchange_id"]]
+            assert (c["owner"], c["outcome"]) == (victim, "indeterminate"), c
+        for e in survivors:
+            c = cases[e["exchange_id"]]
+            assert c["owner"] != victim and c["outcome"] == "judged", c
+        # Nothing was re-run: one candidate call per (trial, exchange), ever.
+        assert max(candidate_calls(fake).values()) == 1
+        view = await clients[1].trial(wide["id"])
+        assert view["funnel"]["outcomes"]["indeterminate"] == len(doomed)
+        assert view["funnel"]["total"] == n + 16 and view["funnel"]["in_flight"] == 0
+        assert view["spend"]["reserved_micros"] == 0
+    finally:
+        await store.close()
+        for c in clients:
+            try:
+                await c.aclose()
+            except httpx.HTTPError:
+                pass
