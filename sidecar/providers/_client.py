@@ -93,6 +93,7 @@ class HTTPChatClient:
             self._url = httpx.URL(self.base_url + self._path)  # parsed once, not per call
         except httpx.InvalidURL as exc:
             raise ProviderConfigError(f"base_url is not a valid URL: {exc}") from None
+        self._host = self._url.netloc.decode("ascii")
         self._key = _Secret(api_key) if api_key is not None else None
         self._policy = RetryPolicy(
             deadline_s=deadline_s,
@@ -143,10 +144,15 @@ class HTTPChatClient:
             headers = dict(_BASE_HEADERS)
         headers.update(own)
         content = _encoder.encode(body)
+        # Host and Content-Length are set here and the body handed over as a ready stream:
+        # httpx.Request's own body encoding and header defaults cost as much again as the
+        # rest of building a request, for values known here already. Retries reuse both.
+        fields = httpx.Headers([("host", self._host), *headers.items(), ("content-length", str(len(content)))])
+        stream = httpx.ByteStream(content)
         url = self._url
 
         async def send() -> httpx.Response:
-            request = httpx.Request("POST", url, content=content, headers=headers, extensions=self._extensions)
+            request = httpx.Request("POST", url, headers=fields, stream=stream, extensions=self._extensions)
             response = await self._transport.handle_async_request(request)
             try:
                 await response.aread()

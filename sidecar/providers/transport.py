@@ -118,7 +118,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             total=total, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")
         )
         url = request.url
-        content = request.content
+        content = await request.aread()
         data: bytes | io.BytesIO = io.BytesIO(content) if len(content) > _LARGE_BODY else content
         options: dict[str, Any] = {}
         if url.scheme == "https":
