@@ -1,7 +1,7 @@
 """An httpx transport backed by one ``aiohttp.ClientSession``: httpx's shape, aiohttp's speed.
 
 Why: a provider call through httpx's own transport (httpcore over anyio) cost
-4-9x the CPU of the same POST through aiohttp on the machine this was measured
+4-11x the CPU of the same POST through aiohttp on the machine this was measured
 on (``bench/provider_calls.py``): httpcore scans every pooled connection's
 socket on each request, writes headers and body in two syscalls, and pays
 anyio's wrappers on every read. The provider clients keep speaking httpx
