@@ -231,6 +231,7 @@ class AnthropicProvider(HTTPChatClient):
     """
 
     _retry_statuses = DEFAULT_RETRY_STATUSES | {529}
+    _path = "/v1/messages"
 
     def __init__(
         self,
@@ -278,4 +279,4 @@ class AnthropicProvider(HTTPChatClient):
     async def chat(self, request: ChatRequest) -> ProviderResult:
         """Send one chat call (with retries); the outcome is a value."""
         body = build_messages_body(request, self._default_max_tokens)
-        return await self._post(f"{self.base_url}/v1/messages", body, request.headers, parse_message)
+        return await self._post(body, request.headers, parse_message)

@@ -124,11 +124,11 @@ class OpenAIProvider(HTTPChatClient):
     ``clock`` and ``rng`` are injectable so tests need not wait for backoff.
     """
 
+    _path = "/chat/completions"
+
     def _auth_headers(self, key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"} if key is not None else {}
 
     async def chat(self, request: ChatRequest) -> ProviderResult:
         """Send one chat call (with retries); the outcome is a value."""
-        return await self._post(
-            f"{self.base_url}/chat/completions", build_chat_body(request), request.headers, parse_chat_completion
-        )
+        return await self._post(build_chat_body(request), request.headers, parse_chat_completion)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import logging
 import random
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
+from aiohttp import web
 
 from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
 from sidecar.providers.anthropic import AnthropicProvider, convert_messages
@@ -374,6 +380,105 @@ async def test_anthropic_retries_529_overloaded() -> None:
         result = await provider.chat(ask(model="claude"))
     assert (result.ok, result.content, result.finish_reason, result.attempts) == (True, "Hi there", "stop", 2)
     assert (result.input_tokens, result.output_tokens) == (4, 2)
+
+
+# --- the aiohttp transport: httpx's contract over aiohttp's wire --------------------------------
+
+OK_BODY = msgspec.json.encode(
+    {
+        "choices": [{"message": {"role": "assistant", "content": "fine"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+)
+
+
+@asynccontextmanager
+async def serve(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> AsyncIterator[str]:
+    """One aiohttp route on loopback port 0; yields the OpenAI-style base URL."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    finally:
+        await runner.cleanup()
+
+
+async def test_waiting_for_a_pool_slot_is_a_timeout_that_never_billed() -> None:
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return web.Response(body=OK_BODY, content_type="application/json")
+
+    async with serve(handler) as url:
+        opts = client_opts(SleepRecorder(), limits=httpx.Limits(max_connections=1), timeout=httpx.Timeout(5.0, pool=0.05))
+        async with OpenAIProvider(url, KEY, **opts) as provider:
+            first = asyncio.create_task(provider.chat(ask()))
+            await arrived.wait()  # the only connection is taken
+            second = await provider.chat(ask())
+            release.set()
+            assert (await first).ok
+    assert (second.ok, second.error, second.attempts, second.status) == (False, "timeout", 1, None)
+    assert second.may_have_billed is False  # nothing was sent
+
+
+async def test_a_stalled_upload_is_cut_by_the_summed_timeouts() -> None:
+    # aiohttp cannot time a write alone; a peer that never reads is cut at pool+connect+write+read.
+    stop = asyncio.Event()
+
+    async def never_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await stop.wait()
+        writer.close()
+
+    server = await asyncio.start_server(never_read, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        opts = client_opts(SleepRecorder(), timeout=httpx.Timeout(0.1))
+        async with OpenAIProvider(f"http://127.0.0.1:{port}/v1", KEY, **opts) as provider:
+            result = await provider.chat(ask(content="x" * (48 << 20)))  # beyond any socket buffer
+    finally:
+        stop.set()
+        server.close()
+        await server.wait_closed()
+    assert (result.ok, result.error, result.attempts) == (False, "timeout", 1)
+    assert result.may_have_billed is True and result.latency_ms < 20_000
+
+
+async def test_gzip_answers_are_decoded_and_a_broken_one_is_malformed() -> None:
+    bodies = iter([gzip.compress(OK_BODY), b"not gzip at all"])
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Accept-Encoding"))
+        return web.Response(body=next(bodies), headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+
+    async with serve(handler) as url:
+        async with OpenAIProvider(url, KEY, **client_opts(SleepRecorder())) as provider:
+            good = await provider.chat(ask())
+            bad = await provider.chat(ask())
+    assert (good.ok, good.content, good.input_tokens) == (True, "fine", 3)
+    # As with httpx's own transport: the body fails to decode before a status is looked at.
+    assert (bad.ok, bad.error, bad.may_have_billed) == (False, "malformed", True)
+    assert seen == ["gzip, deflate", "gzip, deflate"]
+
+
+async def test_no_cookie_is_carried_from_one_call_to_the_next() -> None:
+    cookies: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        cookies.append(request.headers.get("Cookie"))
+        return web.Response(body=OK_BODY, content_type="application/json", headers={"Set-Cookie": "lb=node-7; Path=/"})
+
+    async with serve(handler) as url:
+        async with OpenAIProvider(url, KEY, **client_opts(SleepRecorder())) as provider:
+            for _ in range(2):
+                assert (await provider.chat(ask())).ok
+    assert cookies == [None, None]
 
 
 # --- construction, keys, closing -------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""Benchmark: the sidecar's CPU per judged case, read from the sidecar process itself.
+
+    .venv/bin/python bench/engine_case.py [--cases 1000] [--rounds 3] [--concurrency 8]
+
+Three processes, as in ``bench/tap.py`` (whose helpers this reuses): this one
+posts exchanges to the tap; the real :class:`sidecar.app.Sidecar` (temp TOML,
+SQLite on a temp file) runs in a child; the fake provider (zero latency) plays
+candidate and judge in another child. Each round runs two fresh sidecars:
+
+- **r=1** — one running trial samples every exchange, so each one becomes a
+  case: a candidate call, a judge call (10% of cases a second, audit call),
+  pricing, the store writes;
+- **r=0** — the same trial at sample rate 0: decode, match, not sampled.
+
+After a warm-up, ``--cases`` exchanges are posted (``--concurrency`` requests
+in flight, one exchange each) and the run waits, polling the trial every
+0.25 s, until every one has its funnel outcome and nothing is in flight. The
+sidecar's CPU (user + system, from ``/proc``) over that window divided by the
+exchange count is the CPU per exchange; **engine per case = r=1 − r=0**, the
+work a judged case adds on top of ingesting its exchange. The fake provider's
+CPU per case is shown apart. Reported per round and as the median; speed is
+never asserted (DESIGN.md section 14).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tap import Child, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel  # noqa: E402
+
+POLL_S = 0.25
+
+
+@dataclass
+class Run:
+    rate: float
+    cases: int
+    sidecar_cpu_s: float
+    fake_cpu_s: float
+    seconds: float
+    funnel: dict[str, object]
+
+    @property
+    def us_per_exchange(self) -> float:
+        return self.sidecar_cpu_s / self.cases * 1e6
+
+
+async def post_all(session: aiohttp.ClientSession, url: str, n: int, tag: str, concurrency: int) -> None:
+    make = body_maker(1, tag)
+    queue = iter(range(n))
+
+    async def worker() -> None:
+        for i in queue:
+            async with session.post(url, data=make(i), headers={"content-type": "application/json"}) as resp:
+                await resp.read()
+                if resp.status != 202:
+                    raise RuntimeError(f"tap answered {resp.status}")
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def settle(session: aiohttp.ClientSession, admin: str, trial: str, total: int, timeout: float = 300.0) -> dict[str, object]:
+    """Wait until ``total`` exchanges have an outcome and none is in flight."""
+    deadline = time.monotonic() + timeout
+    while True:
+        funnel = await trial_funnel(session, admin, trial)
+        done = sum(v for k, v in funnel.items() if k != "in_flight" and isinstance(v, int))
+        if done >= total and funnel.get("in_flight") == 0:
+            return funnel
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cases did not settle: {funnel}")
+        await asyncio.sleep(POLL_S)
+
+
+async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str) -> Run:
+    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
+        sidecar = Child(run_sidecar, fake.hello, tmp)
+        try:
+            tap_url = sidecar.hello["tap_url"] + "/v1/exchanges"
+            admin = sidecar.hello["admin_url"]
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) as session:
+                trial = await create_trial(session, admin, rate)
+                await post_all(session, tap_url, args.warmup, f"warm-{tag}", args.concurrency)
+                await settle(session, admin, trial, args.warmup)
+                cpu0, fake0, t0 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
+                await post_all(session, tap_url, args.cases, f"run-{tag}", args.concurrency)
+                funnel = await settle(session, admin, trial, args.warmup + args.cases)
+                cpu1, fake1, t1 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
+        finally:
+            sidecar.stop()
+    if cpu0 is None or cpu1 is None or fake0 is None or fake1 is None:
+        raise RuntimeError("needs /proc to read the children's CPU time")
+    return Run(rate, args.cases, cpu1 - cpu0, fake1 - fake0, t1 - t0, funnel)
+
+
+async def amain(args: argparse.Namespace) -> int:
+    fake = Child(run_fake_provider)
+    engine: list[float] = []
+    fake_per_case: list[float] = []
+    try:
+        for r in range(args.rounds):
+            sampled = await one_run(fake, 1.0, args, f"{r}s")
+            unsampled = await one_run(fake, 0.0, args, f"{r}u")
+            per_case = sampled.us_per_exchange - unsampled.us_per_exchange
+            engine.append(per_case)
+            fake_per_case.append(sampled.fake_cpu_s / sampled.cases * 1e6)
+            print(
+                f"round {r + 1}: r=1 {sampled.us_per_exchange:.0f} µs/exchange ({sampled.seconds:.1f} s), "
+                f"r=0 {unsampled.us_per_exchange:.0f} µs/exchange -> engine {per_case:.0f} µs per judged case; "
+                f"fake provider {fake_per_case[-1]:.0f} µs per case; funnel {sampled.funnel}",
+                flush=True,
+            )
+    finally:
+        fake.stop()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(
+        f"\nmedian of {args.rounds}: engine CPU per judged case {statistics.median(engine):.0f} µs "
+        f"(sidecar process, r=1 minus r=0); fake provider {statistics.median(fake_per_case):.0f} µs per case; "
+        f"{args.cases} cases per run, concurrency {args.concurrency}; load average {load}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="The sidecar's CPU per judged case, from the sidecar process.")
+    p.add_argument("--cases", type=int, default=1000, help="exchanges per measured run (default 1000)")
+    p.add_argument("--warmup", type=int, default=100, help="uncounted exchanges first (default 100)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=8, help="tap requests in flight (default 8)")
+    args = p.parse_args(argv)
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
