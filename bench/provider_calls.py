@@ -59,8 +59,8 @@ from judge.paired import judge_input_upper_bound  # noqa: E402
 from judge.prompt import render_judge_messages  # noqa: E402
 from judge.rubric import DEFAULT_PAIRWISE_RUBRIC, get_rubric  # noqa: E402
 from judge.version import JudgeSpec  # noqa: E402
-from sidecar.completer_adapter import ProviderCompleter  # noqa: E402
-from sidecar.fake_provider import FakeModel, FakeProvider  # noqa: E402
+from sidecar.engine.completer_adapter import ProviderCompleter  # noqa: E402
+from sidecar.demo.fake_provider import FakeModel, FakeProvider  # noqa: E402
 from sidecar.providers.base import ChatRequest, Provider  # noqa: E402
 from sidecar.providers.factory import make_provider  # noqa: E402
 

@@ -1,39 +1,66 @@
-"""The decision rule: a normal-mixture confidence sequence for a running mean.
+"""Confidence sequences for a running mean: the decision boundaries.
 
-Howard, Ramdas, McAuliffe and Sekhon (2021, "Time-uniform, nonparametric,
-nonasymptotic confidence sequences") give the two-sided normal-mixture boundary:
-for a sum S_n of n centred observations with (sub-Gaussian) variance process
-V_n = n sigma^2 and a mixing precision rho > 0,
+Two boundaries live here. Both give an interval ``mean_n +/- radius_n / n`` that
+holds at every n at once (a *confidence sequence*, CS), so a trial may be looked
+at after every case without inflating its error rate.
 
-    P( exists n : |S_n| >= sqrt( (V_n + rho) * log( (V_n + rho) / (rho * alpha^2) ) ) ) <= alpha.
+**Empirical-Bernstein mixture (what verdicts are decided on).** For
+observations x_i in [-1, 1] with mean mu (conditionally on the past), Fan et
+al.'s inequality exp(k z - psi(k) z^2) <= 1 + k z (z >= -1, 0 <= k < 1,
+psi(k) = -log(1 - k) - k) applied to z = x_i gives, for every k in [0, 1),
 
-Dividing by n gives a confidence sequence for the mean. Following the
-asymptotic confidence sequences of Waudby-Smith et al. (the form Eppo and
-GrowthBook ship), sigma^2 is the running sample variance, and with
-r^2 = 1 / (rho-per-unit-variance) the half-width reads
+    M_n(k) = exp( k * sum_i (x_i - mu) - psi(k) * Q_n ),   Q_n = sum_i x_i^2,
 
-    h_n = sqrt( 2 (n r^2 s_n^2 + 1) / (n^2 r^2) * log( sqrt(n r^2 s_n^2 + 1) / alpha ) ).
+a nonnegative supermartingale with M_0 = 1 (Howard, Ramdas, McAuliffe and
+Sekhon 2021, Theorem 4, with the fixed predictable centre 0). Any mixture
+sum_j w_j M_n(k_j) with weights summing to 1 is one too, and Ville's inequality
+bounds the chance that it *ever* reaches 2 / alpha by alpha / 2. So with
+``radius(Q)`` the root s of  sum_j w_j exp(k_j s - psi(k_j) Q) = 2 / alpha,
 
-The interval mean_n +/- h_n holds at every n simultaneously with probability
-at least 1 - alpha (asymptotically in the variance estimate), so a trial may be
-looked at after every case without inflating its error rate.
+    mean_n - radius(Q_n) / n  <=  mu  <=  mean_n + radius(Q_n) / n   for all n
 
-Tuning: r^2 is chosen so the boundary is tightest when n s^2 = expected_cases
-(i.e. at the trial's expected size, for the largest variance a score in [-1, 1]
-can have). Minimising (m + rho) log((m + rho)/(rho alpha^2)) over rho gives
-rho = m / x where x solves x = log(1 + x) - 2 log(alpha); the first step of
-that fixed point from x = -2 log(alpha) is the closed form GrowthBook uses.
+with probability at least 1 - alpha (the lower side from x, the upper from -x,
+alpha / 2 each). This is exact, not asymptotic: it holds at every n, for any
+tie rate and any tuning, because the scores are bounded. The variance enters
+only through Q_n, the sum of squared scores about parity, which is a function
+of the score counts (the interval does not depend on the order of cases).
 
-Everything here is vectorised: pass arrays for n, mean and variance to get the
-boundary for every n at once (used by the simulations in tests/).
+The mixing distribution is a half-normal over k with precision
+rho = expected_cases * design_variance / x, x the root of
+x = log(1 + x) - 2 log(alpha) (:func:`mixture_x`), discretised on a fixed
+geometric grid of k (each grid point carries the half-normal mass of its cell,
+renormalised over [0, 0.99]). For small k, psi(k) ~ k^2 / 2 and this is the
+normal mixture of Howard et al. tuned to be tightest near Q = expected_cases;
+the grid makes the mixture an exact finite sum, so no quadrature error enters
+the guarantee. ``radius`` is found by Newton's method from above (the mixture
+is convex increasing in s), so every iterate, and the returned value, is at
+least the root: rounding can only widen the interval.
+
+**Plug-in normal mixture (asymptotic; unbounded metrics only).** With the
+running plug-in variance s_n^2 in place of a known variance,
+
+    h_n = sqrt( 2 (n r^2 s_n^2 + 1) / (n^2 r^2) * log( sqrt(n r^2 s_n^2 + 1) / alpha ) )
+
+is the two-sided normal-mixture boundary with a *data-dependent* variance. It
+is valid only asymptotically (as the variance estimate settles); with small n,
+small tuning sizes or skewed data it can fail badly (docs/statistics.md). It is
+kept for numeric metrics with no declared bounds, which are marked asymptotic.
+
+Everything is vectorised: pass arrays to get boundaries for every n at once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+# The fixed grid of mixing points k (bets) for the empirical-Bernstein mixture.
+_GRID_POINTS = 160
+_GRID_LOW = 1e-5
+_GRID_HIGH = 0.99
 
 
 def mixture_x(alpha: float) -> float:
@@ -49,12 +76,92 @@ def mixture_x(alpha: float) -> float:
     return x
 
 
-def tuning_r2(expected_cases: int, alpha: float, design_variance: float = 1.0) -> float:
-    """r^2 that makes the half-width smallest at ``expected_cases`` for ``design_variance``.
+@dataclass(frozen=True, slots=True)
+class Mixture:
+    """A finite mixing distribution over bets k: points, log weights (summing to 1), psi(k)."""
 
-    The design variance must be fixed before the data (1.0 is the largest a
+    k: NDArray[np.float64]
+    log_weight: NDArray[np.float64]
+    psi: NDArray[np.float64]
+
+
+def eb_mixture(expected_cases: float, alpha: float, design_variance: float = 1.0) -> Mixture:
+    """The half-normal mixture over k tuned to be tightest near Q = expected_cases * design_variance.
+
+    The tuning must be fixed before the data (1.0 is the largest mean square a
     score in [-1, 1] can have); a data-driven choice would void the guarantee.
     """
+    if expected_cases < 1:
+        raise ValueError("expected_cases must be at least 1")
+    if design_variance <= 0:
+        raise ValueError("design_variance must be positive")
+    rho = expected_cases * design_variance / mixture_x(alpha)
+    k = np.geomspace(_GRID_LOW, _GRID_HIGH, _GRID_POINTS)
+    edges = np.concatenate(([0.0], np.sqrt(k[:-1] * k[1:]), [_GRID_HIGH]))
+    scale = math.sqrt(rho / 2.0)
+    # Half-normal mass of each cell, from erfc so that far-tail cells keep their precision.
+    tail = np.array([math.erfc(e * scale) for e in edges])
+    mass = tail[:-1] - tail[1:]
+    keep = mass > 0
+    k, mass = k[keep], mass[keep]
+    log_weight = np.log(mass) - math.log(float(mass.sum()))
+    return Mixture(k, log_weight, -np.log1p(-k) - k)
+
+
+def eb_radius(
+    q: ArrayLike, *, alpha: float, expected_cases: float, design_variance: float = 1.0
+) -> NDArray[np.float64]:
+    """radius(Q): the CS for the mean after n observations in [-1, 1] is mean +/- radius(Q_n) / n.
+
+    ``q`` is Q_n = sum of squared observations (any shape; must be >= 0). The
+    returned radius is never below the exact root (see the module docstring).
+    """
+    mix = eb_mixture(expected_cases, alpha, design_variance)
+    q_arr = np.asarray(q, dtype=np.float64)
+    if np.any(q_arr < 0):
+        raise ValueError("Q must be non-negative")
+    flat = q_arr.reshape(-1, 1)
+    target = math.log(2.0 / alpha)
+    a = mix.log_weight - mix.psi * flat  # (m, K): log of each term at s = 0
+    # Any single term reaching the target puts the sum above it: an upper bound on the root.
+    s = np.min((target - a) / mix.k, axis=1)
+    for _ in range(200):
+        e = a + mix.k * s[:, None]
+        top = e.max(axis=1)
+        ex = np.exp(e - top[:, None])
+        total = ex.sum(axis=1)
+        g = top + np.log(total)
+        slope = (ex @ mix.k) / total
+        step = (g - target) / slope
+        s = s - np.maximum(step, 0.0)  # from above, Newton steps on a convex function only go down
+        if float(np.max(step, initial=0.0)) <= 1e-12 * (1.0 + float(np.max(s, initial=0.0))):
+            break
+    # Guard against the last rounding step landing a hair below the root.
+    s = s * (1.0 + 1e-9) + 1e-12
+    out: NDArray[np.float64] = s.reshape(q_arr.shape)
+    return out
+
+
+def eb_bounds(
+    n: ArrayLike,
+    mean: ArrayLike,
+    q: ArrayLike,
+    *,
+    alpha: float = 0.05,
+    expected_cases: float = 1000,
+    design_variance: float = 1.0,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(lower, upper) of the empirical-Bernstein CS for a mean of observations in [-1, 1], unclipped."""
+    n_arr = np.asarray(n, dtype=np.float64)
+    if np.any(n_arr < 1):
+        raise ValueError("n must be at least 1")
+    h = eb_radius(q, alpha=alpha, expected_cases=expected_cases, design_variance=design_variance) / n_arr
+    m = np.asarray(mean, dtype=np.float64)
+    return m - h, m + h
+
+
+def tuning_r2(expected_cases: int, alpha: float, design_variance: float = 1.0) -> float:
+    """r^2 that makes the plug-in boundary smallest at ``expected_cases`` for ``design_variance``."""
     if expected_cases < 1:
         raise ValueError("expected_cases must be at least 1")
     if design_variance <= 0:
@@ -65,7 +172,7 @@ def tuning_r2(expected_cases: int, alpha: float, design_variance: float = 1.0) -
 def half_width(
     n: ArrayLike, variance: ArrayLike, *, alpha: float, r2: float
 ) -> NDArray[np.float64]:
-    """Half-width of the (1 - alpha) confidence sequence for the mean at n observations.
+    """Half-width of the asymptotic plug-in (1 - alpha) normal-mixture CS at n observations.
 
     ``variance`` is the running sample variance (any value >= 0; negative
     rounding noise is clipped). ``n`` must be >= 1.
@@ -87,7 +194,7 @@ def bounds(
     expected_cases: int = 1000,
     design_variance: float = 1.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """(lower, upper) of the confidence sequence for the mean, unclipped."""
+    """(lower, upper) of the asymptotic plug-in CS for the mean, unclipped."""
     h = half_width(n, variance, alpha=alpha, r2=tuning_r2(expected_cases, alpha, design_variance))
     m = np.asarray(mean, dtype=np.float64)
     return m - h, m + h
@@ -96,7 +203,7 @@ def bounds(
 def running_bounds(
     x: ArrayLike, *, alpha: float = 0.05, expected_cases: int = 1000
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Bounds after each observation along the last axis of ``x`` (shape preserved).
+    """Asymptotic plug-in bounds after each observation along the last axis of ``x``.
 
     The variance is the plug-in (divide-by-n) running variance.
     """
@@ -105,3 +212,21 @@ def running_bounds(
     mean = np.cumsum(arr, axis=-1) / n
     var = np.cumsum(arr * arr, axis=-1) / n - mean * mean
     return bounds(n, mean, var, alpha=alpha, expected_cases=expected_cases)
+
+
+def running_eb_bounds(
+    x: ArrayLike, *, alpha: float = 0.05, expected_cases: float = 1000
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Empirical-Bernstein bounds after each observation along the last axis of ``x`` (values in [-1, 1]).
+
+    The radius is computed once per distinct Q (cheap when the scores take a
+    few values, as case scores do) and looked up for every prefix.
+    """
+    arr = np.asarray(x, dtype=np.float64)
+    n = np.arange(1, arr.shape[-1] + 1, dtype=np.float64)
+    mean = np.cumsum(arr, axis=-1) / n
+    q = np.cumsum(arr * arr, axis=-1)
+    distinct, index = np.unique(q, return_inverse=True)
+    radius = eb_radius(distinct, alpha=alpha, expected_cases=expected_cases)[index.reshape(q.shape)]
+    h = radius / n
+    return mean - h, mean + h

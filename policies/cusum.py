@@ -6,9 +6,21 @@ case is an observation: ``old_wins``, ``new_wins`` or ``tie``. Ties count as
 judged cases but carry no information about who is better and leave the
 statistic unchanged; the detector's clock is the *decisive* (non-tie) judgments.
 
-In control the old model wins a decisive judgment with probability p0 (the
-baseline from the promotion evidence, capped at parity); the detector looks for
-p1 = p0 + shift (default 0.10). Page's CUSUM accumulates the log-likelihood
+In control the old model wins a decisive judgment with probability p0; the
+detector looks for p1 = p0 + shift (default 0.10). p0 is not known: it is
+estimated from the promotion trial, which stopped *because* the candidate
+looked good, after only a couple of hundred decisive judgments, so the plain
+share of old-model wins is noisy (and a little low). A detector designed for a
+too-low p0 alarms far too often: designed for 0.30 and run at a true 0.357, its
+mean run length is 509, not 10,000; with the plain share, 31% of watches raised
+a false alarm within 1,000 decisive judgments against 9% with the true p0.
+:func:`baseline_from_promotion` therefore designs for a *conservative* p0: the
+share plus ``z`` (default 1.0) standard errors, rounded up to 0.01. It is a
+calibrated, not a guaranteed, bound (an anytime-valid bound at this sample
+size is so wide, about +0.12, that the detector could no longer see a 0.10
+rise); its false-alarm rate is measured by simulating the whole chain,
+promotion trial stopped at its decision -> watch (docs/statistics.md).
+Page's CUSUM accumulates the log-likelihood
 ratio of each decisive judgment,
 
     old wins: log(p1 / p0)         new wins: log((1 - p1) / (1 - p0)),
@@ -107,17 +119,26 @@ class CusumState:
         )
 
 
-def baseline_from_promotion(incumbent_wins: int, candidate_wins: int) -> float:
-    """p0 from the promotion trial: the replaced incumbent's share of decisive wins.
+def baseline_from_promotion(incumbent_wins: int, candidate_wins: int, *, z: float = 1.0) -> float:
+    """p0 for the watch: a conservative estimate of the replaced incumbent's share of decisive wins.
 
-    Capped at parity (0.5) and floored at 0.01; with no decisive judgment, 0.5.
+    Pass the promotion trial's decisive *primary* judgments (audits repeat a
+    case). The result is the share plus ``z`` standard errors (computed at the
+    share shrunk by half a win each way, so that 0 wins still has an error),
+    rounded up to a multiple of 0.01, capped at parity (0.5) and floored at
+    0.01; with no decisive judgment, 0.5. See the module docstring for why.
     """
     total = incumbent_wins + candidate_wins
     if incumbent_wins < 0 or candidate_wins < 0:
         raise ValueError("win counts cannot be negative")
+    if z < 0:
+        raise ValueError("z cannot be negative")
     if total == 0:
         return 0.5
-    return min(0.5, max(0.01, incumbent_wins / total))
+    share = incumbent_wins / total
+    shrunk = (incumbent_wins + 0.5) / (total + 1.0)
+    upper = share + z * math.sqrt(shrunk * (1.0 - shrunk) / total)
+    return min(0.5, max(0.01, math.ceil(upper * 100.0 - 1e-9) / 100.0))
 
 
 def _steps(p0: float, p1: float, resolution: int) -> tuple[float, int, int]:
@@ -163,15 +184,27 @@ def design(
         raise ValueError("target_arl0 must exceed 1")
     unit, up, down = _steps(p0, p1, resolution)
 
+    known: dict[int, float] = {}
+
     def arl(h: int) -> float:
-        return average_run_length(up, down, h, p0)
+        if h not in known:
+            known[h] = average_run_length(up, down, h, p0)
+        return known[h]
 
     hi = up
     while arl(hi) < target_arl0:
         hi *= 2
     lo = 0  # arl(lo) < target (or lo is the trivial threshold)
+    # The run length grows about exponentially in h, so interpolating log ARL finds the
+    # smallest threshold in a few solves; bisection steps keep the bracket shrinking.
+    interpolate = True
     while hi - lo > 1:
         mid = (lo + hi) // 2
+        if interpolate and lo > 0:
+            a, b = math.log(arl(lo)), math.log(arl(hi))
+            guess = lo + (math.log(target_arl0) - a) * (hi - lo) / (b - a) if b > a else mid
+            mid = min(hi - 1, max(lo + 1, round(guess)))
+        interpolate = not interpolate
         if arl(mid) >= target_arl0:
             hi = mid
         else:

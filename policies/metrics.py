@@ -7,10 +7,30 @@ metrics an equivalence tolerance in the metric's own units.
 A numeric metric is compared on paired cases (cases where both arms have a
 score): the per-case difference is *oriented* so that positive always means
 "candidate better" (candidate - incumbent when higher is better, incumbent -
-candidate when lower is better), and its mean gets the same anytime-valid
-confidence sequence and the same :func:`policies.verdict.decide` rules as the
-paired judge, with parity 0. A numeric metric where one arm has no score at
-all is ``inconclusive`` and marked ``missing_side``.
+candidate when lower is better), and its mean gets an anytime-valid confidence
+sequence and the :func:`policies.decision.decide` rules, with parity 0. A
+numeric metric where one arm has no score at all is ``inconclusive`` and
+marked ``missing_side``.
+
+Which confidence sequence depends on the metric's kind:
+
+* **bounded** (``bounds=(lo, hi)`` declared, as for most graders' scores): the
+  difference lies in [-(hi - lo), hi - lo]; scaled to [-1, 1] it gets the exact
+  empirical-Bernstein CS the paired judge uses (:func:`policies.confseq.eb_bounds`),
+  valid at every n whatever the shape of the differences. A score outside the
+  declared bounds is refused.
+* **unbounded** (no bounds): no method can bound the error of a mean of
+  arbitrary unbounded data in finite samples. The plug-in normal mixture is used,
+  the result is marked ``asymptotic``, and no verdict is given below
+  ``MIN_ASYMPTOTIC_CASES`` (100) paired cases. Strongly skewed differences can
+  still exceed alpha (docs/statistics.md gives measured rates); declare bounds
+  (a timeout for latency, a token ceiling for cost) to get the exact CS.
+
+**Several metrics.** Each result records the ``alpha`` its CS was built at.
+:func:`combine` controls the family-wise error by Bonferroni: the alphas of the
+numeric metrics it combines must sum to at most the family's ``alpha`` (build
+each at ``family_alpha(alpha, m)`` for m metrics), otherwise it raises
+``ValueError`` rather than give a verdict whose error is not controlled.
 
 A categorical metric gets the distribution of each arm and no numeric verdict.
 
@@ -37,22 +57,42 @@ from typing import Literal
 
 from policies import confseq
 from policies.bootstrap import Interval
-from policies.verdict import Evaluation, VerdictCode, decide
+from policies.decision import VerdictCode, decide
+from policies.verdict import Evaluation
 
 Direction = Literal["higher", "lower"]
 Kind = Literal["numeric", "categorical"]
+
+MIN_ASYMPTOTIC_CASES = 100
+ASYMPTOTIC_NOTE = (
+    "asymptotic: the metric has no declared bounds, so its interval is a plug-in normal mixture "
+    "whose error rate holds only as n grows (skewed differences can exceed alpha); declare bounds "
+    "for an exact interval"
+)
+
+
+def family_alpha(alpha: float, metrics: int) -> float:
+    """The per-metric alpha that keeps the family-wise error of ``metrics`` comparisons at ``alpha`` (Bonferroni)."""
+    if metrics < 1:
+        raise ValueError("need at least one metric")
+    if not 0 < alpha < 1:
+        raise ValueError("alpha must be in (0, 1)")
+    return alpha / metrics
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
     """A metric's definition. ``design_sd`` is a typical per-case standard
-    deviation of the difference, used only to tune the confidence sequence."""
+    deviation of the difference, used only to tune the confidence sequence.
+    ``bounds`` is the (lowest, highest) score a case can get, when the grader
+    has such a range; bounded metrics get the exact confidence sequence."""
 
     name: str
     direction: Direction = "higher"
     kind: Kind = "numeric"
     tolerance: float = 0.0
     design_sd: float = 1.0
+    bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.direction not in ("higher", "lower"):
@@ -61,13 +101,17 @@ class MetricSpec:
             raise ValueError(f"kind must be 'numeric' or 'categorical', not {self.kind!r}")
         if self.tolerance < 0 or self.design_sd <= 0:
             raise ValueError("tolerance must be >= 0 and design_sd > 0")
+        if self.bounds is not None and not self.bounds[0] < self.bounds[1]:
+            raise ValueError("bounds must be (lowest, highest) with lowest < highest")
 
 
 @dataclass(frozen=True, slots=True)
 class MetricResult:
     """One metric's comparison. Numeric fields are on the oriented scale
     (positive = candidate better); categorical results carry distributions
-    (sorted ``(category, count)`` pairs) and ``verdict=None``."""
+    (sorted ``(category, count)`` pairs) and ``verdict=None``. ``alpha`` is the
+    level the sequence was built at; ``asymptotic`` is True when the sequence is
+    the plug-in (unbounded metric), with ``note`` saying so."""
 
     name: str
     kind: Kind
@@ -79,6 +123,9 @@ class MetricResult:
     sequence: Interval | None = None
     candidate_distribution: tuple[tuple[str, int], ...] | None = None
     incumbent_distribution: tuple[tuple[str, int], ...] | None = None
+    alpha: float = 0.05
+    asymptotic: bool = False
+    note: str | None = None
 
 
 def _distribution(values: Iterable[object]) -> tuple[tuple[str, int], ...]:
@@ -106,35 +153,72 @@ def compare_metric(
             missing_side=all(c is None for c in candidate) or all(i is None for i in incumbent),
             candidate_distribution=_distribution(candidate),
             incumbent_distribution=_distribution(incumbent),
+            alpha=alpha,
         )
+    asymptotic = spec.bounds is None
+    note = ASYMPTOTIC_NOTE if asymptotic else None
     missing = all(c is None for c in candidate) or all(i is None for i in incumbent)
+    pairs = [(float(c), float(i)) for c, i in zip(candidate, incumbent) if c is not None and i is not None]
+    if spec.bounds is not None:
+        low, high = spec.bounds
+        if any(not (low <= v <= high) for pair in pairs for v in pair):
+            raise ValueError(f"metric {spec.name!r}: a score lies outside its declared bounds {spec.bounds}")
     sign = 1.0 if spec.direction == "higher" else -1.0
-    diffs = [sign * (float(c) - float(i)) for c, i in zip(candidate, incumbent) if c is not None and i is not None]
+    diffs = [sign * (c - i) for c, i in pairs]
     n = len(diffs)
     if missing or n == 0:
-        return MetricResult(spec.name, "numeric", spec.direction, "inconclusive", n, missing)
+        return MetricResult(
+            spec.name, "numeric", spec.direction, "inconclusive", n, missing,
+            alpha=alpha, asymptotic=asymptotic, note=note,
+        )
     mean = math.fsum(diffs) / n
-    var = math.fsum((d - mean) ** 2 for d in diffs) / n
-    lo, hi = confseq.bounds(
-        n, mean, var, alpha=alpha, expected_cases=expected_cases, design_variance=spec.design_sd**2
+    if spec.bounds is not None:
+        scale = spec.bounds[1] - spec.bounds[0]
+        q = math.fsum((d / scale) ** 2 for d in diffs)
+        lo, hi = confseq.eb_bounds(
+            n, mean / scale, q, alpha=alpha, expected_cases=expected_cases,
+            design_variance=min(1.0, (spec.design_sd / scale) ** 2),
+        )
+        seq = Interval(max(-scale, float(lo) * scale), min(scale, float(hi) * scale))
+        floor = min_cases
+    else:
+        var = math.fsum((d - mean) ** 2 for d in diffs) / n
+        lo, hi = confseq.bounds(
+            n, mean, var, alpha=alpha, expected_cases=expected_cases, design_variance=spec.design_sd**2
+        )
+        seq = Interval(float(lo), float(hi))
+        floor = max(min_cases, MIN_ASYMPTOTIC_CASES)
+    code = decide(seq.lower, seq.upper, n=n, parity=0.0, tolerance=spec.tolerance, min_cases=floor)
+    return MetricResult(
+        spec.name, "numeric", spec.direction, code, n, False, mean, seq,
+        alpha=alpha, asymptotic=asymptotic, note=note,
     )
-    seq = Interval(float(lo), float(hi))
-    code = decide(seq.lower, seq.upper, n=n, parity=0.0, tolerance=spec.tolerance, min_cases=min_cases)
-    return MetricResult(spec.name, "numeric", spec.direction, code, n, False, mean, seq)
 
 
 def from_evaluation(name: str, evaluation: Evaluation) -> MetricResult:
     """The paired judge's preference as a metric (scale: win rate - 0.5, higher is better)."""
     seq = Interval(evaluation.sequence.lower - 0.5, evaluation.sequence.upper - 0.5)
     diff = None if evaluation.win_rate is None else evaluation.win_rate - 0.5
-    return MetricResult(name, "numeric", "higher", evaluation.verdict, evaluation.n, False, diff, seq)
+    return MetricResult(
+        name, "numeric", "higher", evaluation.verdict, evaluation.n, False, diff, seq, alpha=evaluation.alpha
+    )
 
 
-def combine(results: Iterable[MetricResult]) -> VerdictCode:
-    """The combined verdict over numeric metrics; see the module docstring."""
+def combine(results: Iterable[MetricResult], *, alpha: float = 0.05) -> VerdictCode:
+    """The combined verdict over numeric metrics; see the module docstring.
+
+    Raises ``ValueError`` when the numeric metrics' alphas sum to more than
+    ``alpha``: their combined verdict would not keep the family-wise error.
+    """
     numeric = [r for r in results if r.kind == "numeric"]
     if not numeric:
         return "inconclusive"
+    spent = math.fsum(r.alpha for r in numeric)
+    if spent > alpha * (1 + 1e-9):
+        raise ValueError(
+            f"{len(numeric)} metrics built at alphas summing to {spent:g} exceed the family alpha {alpha:g}; "
+            f"build each at family_alpha({alpha:g}, {len(numeric)})"
+        )
     codes = [r.verdict for r in numeric]
     if "regression" in codes:
         return "regression"

@@ -1,22 +1,11 @@
-"""Verdict codes and the one evaluation a trial view calls.
+"""The one evaluation a trial view calls: reported interval, decision interval, verdict.
 
-:func:`decide` maps an interval to a code, on any scale with a parity point and
-a tolerance:
-
-* fewer than ``min_cases`` cases          -> ``inconclusive`` (always)
-* lower > parity                          -> ``candidate_better``
-* parity - tol <= lower, upper <= parity + tol -> ``equivalent``
-* upper < parity (and not the above)      -> ``regression``
-* anything else                            -> ``inconclusive``
-
-``candidate_better`` is tested first: an interval wholly above parity is a
-confident improvement even when it also sits inside the tolerance (both read
-"Adoptable" for traffic, so the order changes only the code shown).
-
-:func:`evaluate` decides from the anytime-valid confidence sequence
-(:mod:`policies.confseq`), never from the bootstrap: the bootstrap interval is
-the *reported* interval, and a fixed-n interval re-checked after every case
-would reach a wrong decision far more often than alpha (docs/statistics.md).
+:func:`evaluate` decides from the anytime-valid empirical-Bernstein confidence
+sequence (:mod:`policies.confseq`), folded into the trial's running
+intersection (:mod:`policies.sequence`), never from the bootstrap: the
+bootstrap interval is the *reported* interval, and a fixed-n interval re-checked
+after every case would reach a wrong decision far more often than alpha
+(docs/statistics.md). The verdict rule itself is :mod:`policies.decision`.
 """
 
 from __future__ import annotations
@@ -24,33 +13,36 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from policies import confseq
 from policies.bootstrap import MIN_BOOTSTRAP_CASES, Interval, bootstrap_interval
+from policies.decision import VERDICT_CODES, VerdictCode, decide
 from policies.scores import ScoreCounts, aggregate
+from policies.sequence import SequenceState, fold
 
-VerdictCode = Literal["candidate_better", "equivalent", "regression", "inconclusive"]
-VERDICT_CODES: tuple[VerdictCode, ...] = ("candidate_better", "equivalent", "regression", "inconclusive")
+__all__ = [
+    "VERDICT_CODES",
+    "Evaluation",
+    "SequenceState",
+    "VerdictCode",
+    "decide",
+    "evaluate",
+    "sequence_bounds",
+    "win_rate",
+]
 
 SMALL_SAMPLE = "small sample"
-
-
-def decide(
-    lower: float, upper: float, *, n: int, parity: float, tolerance: float, min_cases: int
-) -> VerdictCode:
-    """The verdict code for an interval; see the module docstring for the rules."""
-    if n < min_cases:
-        return "inconclusive"
-    if lower > parity:
-        return "candidate_better"
-    if lower >= parity - tolerance and upper <= parity + tolerance:
-        return "equivalent"
-    if upper < parity:
-        return "regression"
-    return "inconclusive"
+NO_SPREAD = (
+    "no observed spread: every scored case has the same score, so resampling cannot show any "
+    "uncertainty; no 95% interval is shown (the decision interval still is)"
+)
+CONTRADICTED = (
+    "the current confidence interval does not overlap the interval kept so far: the evidence "
+    "contradicts itself (traffic changed, or a rare miss); the kept interval restarted and any "
+    "standing decision was withdrawn"
+)
 
 
 def win_rate(mean_score: float) -> float:
@@ -62,10 +54,17 @@ def win_rate(mean_score: float) -> float:
 class Evaluation:
     """What a trial view shows. All intervals are on the win-rate scale [0, 1].
 
-    ``interval`` is the reported bootstrap interval, ``None`` with
-    ``small_sample`` set below 20 scored cases. ``sequence`` is the
-    confidence-sequence interval the ``verdict`` is decided from (the whole of
-    [0, 1] before the first case). ``note`` is ``"small sample"`` or ``None``.
+    ``interval`` is the reported bootstrap interval: ``None`` with
+    ``small_sample`` set below 20 scored cases, and ``None`` with
+    ``interval_note`` set when every case has the same score (a zero-width
+    interval would read as certainty). ``sequence`` is the interval the
+    ``verdict`` is decided from: the running intersection of the confidence
+    sequence over every look folded into ``sequence_state`` (the whole of [0, 1]
+    before the first case). ``sequence_now`` is this look's confidence-sequence
+    interval alone. ``sequence_state`` is what the caller persists and passes
+    back as ``prior``. ``contradicted`` is True when this look emptied the kept
+    intersection (see :mod:`policies.sequence`). ``note`` is ``"small sample"``,
+    the contradiction note, or ``None``.
     """
 
     n: int
@@ -80,18 +79,22 @@ class Evaluation:
     expected_cases: int
     min_cases: int
     note: str | None
+    sequence_now: Interval
+    sequence_state: SequenceState
+    contradicted: bool
+    interval_note: str | None
 
 
 def sequence_bounds(counts: ScoreCounts, *, alpha: float, expected_cases: int) -> Interval:
-    """The confidence-sequence interval for the mean *score* (scale [-1, 1], clipped)."""
+    """The confidence-sequence interval for the mean *score* at this look (scale [-1, 1], clipped)."""
     n = counts.n
     if n == 0:
         return Interval(-1.0, 1.0)
     values = np.asarray(counts.values, dtype=np.float64)
     weights = np.asarray(counts.counts, dtype=np.float64)
     mean = float(weights @ values) / n
-    var = float(weights @ (values - mean) ** 2) / n
-    lo, hi = confseq.bounds(n, mean, var, alpha=alpha, expected_cases=expected_cases)
+    q = float(weights @ (values * values))
+    lo, hi = confseq.eb_bounds(n, mean, q, alpha=alpha, expected_cases=expected_cases)
     return Interval(max(-1.0, float(lo)), min(1.0, float(hi)))
 
 
@@ -103,12 +106,35 @@ def evaluate(
     delta: float = 0.05,
     min_cases: int = 20,
     alpha: float = 0.05,
+    prior: SequenceState | None = None,
 ) -> Evaluation:
     """Evaluate paired-judge evidence: case scores in [-1, 1] (sequence or ``{value: count}``).
 
     ``identity`` seeds the bootstrap (see ``policies.bootstrap.bootstrap_identity``).
     ``delta`` is the equivalence tolerance on the win-rate scale. Pure and
-    deterministic: the same evidence and parameters give the same Evaluation.
+    deterministic: the same evidence, parameters and ``prior`` give the same
+    Evaluation.
+
+    The running intersection (contract for the caller):
+
+    * ``prior`` is the ``sequence_state`` of an earlier evaluation of the same
+      trial with the same ``alpha``, ``expected_cases`` and ``delta`` (other
+      settings raise ``ValueError``); ``None`` means no history.
+    * Persist the returned ``sequence_state`` with the trial *before or together
+      with* showing or acting on the verdict (e.g. in the transaction that
+      records a case, or on every view). A verdict shown from a state that was
+      not persisted may not stand after a restart. Storing after every
+      evaluation is always correct; skipping some evaluations only makes the
+      intersection less tight, never invalid.
+    * Evaluating the same counts twice with the returned state is idempotent:
+      the state and verdict do not change. Looks may even arrive out of order
+      (a stale read with fewer cases): the state's ``n`` is the largest count
+      folded in, and a stale look only intersects with a wider interval. With
+      several writers, keep the state with the larger ``n``.
+    * If the intersection becomes empty (this look's interval does not overlap
+      the kept one), the evidence contradicts itself: the state restarts from
+      this look's interval, any standing decision is withdrawn, ``restarts``
+      grows, and the evaluation has ``contradicted=True`` and a note.
     """
     if not 0 < delta < 0.5:
         raise ValueError("delta must be in (0, 0.5)")
@@ -118,22 +144,40 @@ def evaluate(
     n = counts.n
     mean = None if n == 0 else math.fsum(v * c for v, c in zip(counts.values, counts.counts)) / n
     boot = bootstrap_interval(counts, identity=identity, alpha=alpha)
+    interval_note = None
+    if boot is not None and boot.lower == boot.upper:
+        boot, interval_note = None, NO_SPREAD
     reported = None if boot is None else Interval(win_rate(boot.lower), win_rate(boot.upper))
     seq_score = sequence_bounds(counts, alpha=alpha, expected_cases=expected_cases)
-    seq = Interval(win_rate(seq_score.lower), win_rate(seq_score.upper))
-    code = decide(seq.lower, seq.upper, n=n, parity=0.5, tolerance=delta, min_cases=min_cases)
+    now = Interval(win_rate(seq_score.lower), win_rate(seq_score.upper))
+    folded = fold(
+        prior,
+        n=n,
+        lower=now.lower,
+        upper=now.upper,
+        parity=0.5,
+        tolerance=delta,
+        min_cases=min_cases,
+        alpha=alpha,
+        expected_cases=expected_cases,
+    )
     small = n < MIN_BOOTSTRAP_CASES
+    note = CONTRADICTED if folded.contradicted else SMALL_SAMPLE if small else None
     return Evaluation(
         n=n,
         mean_score=mean,
         win_rate=None if mean is None else win_rate(mean),
         interval=reported,
         small_sample=small,
-        sequence=seq,
-        verdict=code,
+        sequence=Interval(folded.state.lower, folded.state.upper),
+        verdict=folded.verdict,
         delta=delta,
         alpha=alpha,
         expected_cases=expected_cases,
         min_cases=min_cases,
-        note=SMALL_SAMPLE if small else None,
+        note=note,
+        sequence_now=now,
+        sequence_state=folded.state,
+        contradicted=folded.contradicted,
+        interval_note=interval_note,
     )

@@ -5,6 +5,7 @@
     shadowtrial trials list | show ID | stop ID
     shadowtrial live
     shadowtrial demo
+    shadowtrial fake-provider [--listen HOST:PORT]
 
 Client commands talk to the admin API at ``--admin`` (default
 ``$SHADOWTRIAL_ADMIN_URL`` or http://127.0.0.1:8791). The config file comes
@@ -42,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole loop on simulated models, in one command")
     demo.add_argument("--exchanges", type=int, default=4000, help="most exchanges the simulated gateway sends")
     demo.add_argument("--seed", type=int, default=7)
+
+    fake = sub.add_parser("fake-provider", help="serve the demo's simulated models on an OpenAI-compatible endpoint")
+    fake.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000; port 0 picks one)")
+    fake.add_argument("--seed", type=int, default=7)
 
     def client(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--admin", default=None, help=f"admin API URL (default $SHADOWTRIAL_ADMIN_URL or {DEFAULT_ADMIN})")
@@ -149,6 +154,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             print(f"shadowtrial: config: {exc}", file=sys.stderr)
             return 2
         asyncio.run(serve(config))
+        return 0
+    if args.command == "fake-provider":
+        from sidecar.demo.scenario import serve_fake_provider
+
+        try:
+            asyncio.run(serve_fake_provider(args.listen, seed=args.seed))
+        except ValueError as exc:
+            print(f"shadowtrial: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "demo":
         from sidecar.demo.scenario import run_demo

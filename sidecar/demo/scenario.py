@@ -105,13 +105,34 @@ async def _gateway(
             sent[0] += len(exchanges)
 
 
-async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0) -> int:
-    print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.\n")
-    models = {
+def demo_models() -> dict[str, FakeModel]:
+    """The demo's simulated incumbent, candidate (a planted quality gap) and judge."""
+    return {
         INCUMBENT: FakeModel(quality=0.55, quality_noise=0.12, latency_ms=(30, 90), filler_words=(30, 90)),
         CANDIDATE: FakeModel(quality=0.64, quality_noise=0.12, latency_ms=(15, 50), filler_words=(20, 70)),
         JUDGE: FakeModel(judge=True, latency_ms=(5, 20), tie_margin=0.04, position_bias=0.03),
     }
+
+
+async def serve_fake_provider(listen: str, *, seed: int = 7) -> None:
+    """``shadowtrial fake-provider``: the demo's models on an OpenAI-compatible endpoint, until SIGINT/SIGTERM."""
+    import signal
+
+    from sidecar.config import split_listen
+
+    host, port = split_listen(listen)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with FakeProvider(demo_models(), seed=seed, host=host, port=port) as fake:
+        print(f"shadowtrial fake-provider: {fake.base_url}  models: {', '.join(demo_models())}  (SIMULATED)", flush=True)
+        await stop.wait()
+
+
+async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0) -> int:
+    print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.\n")
+    models = demo_models()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="shadowtrial-demo-") as tmp:
         async with FakeProvider(models, seed=seed) as fake:

@@ -1,10 +1,18 @@
-"""Seeded simulations shared by the statistics tests (vectorised with numpy)."""
+"""Seeded simulations shared by the statistics tests (vectorised with numpy).
+
+The verdict path of a simulated trial is computed with the same pure functions
+``policies.verdict.evaluate`` uses (``confseq.eb_radius`` through
+``confseq.running_eb_bounds``, ``decision.decide_index`` and ``sequence.path``,
+the array form of ``sequence.fold``); ``test_sequential`` checks the two agree
+look by look.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from policies import confseq
+from policies import confseq, sequence
+from policies.decision import BETTER, REGRESSION
 
 # Distinct case scores a simulated case can take (one judgment, or two when audited).
 VALUES = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])
@@ -40,23 +48,28 @@ def simulate_case_scores(
     return np.where(audited, (first + second) / 2, first)
 
 
+def current_bounds(
+    x: np.ndarray, *, alpha: float = 0.05, expected_cases: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """The confidence-sequence interval of each look alone, on the win-rate scale (``Evaluation.sequence_now``)."""
+    lo, hi = confseq.running_eb_bounds(x, alpha=alpha, expected_cases=expected_cases)
+    return (1 + np.maximum(-1.0, lo)) / 2, (1 + np.minimum(1.0, hi)) / 2
+
+
+def verdict_path(
+    x: np.ndarray, *, delta: float = 0.05, min_cases: int = 20, alpha: float = 0.05, expected_cases: int = 1000
+) -> tuple[np.ndarray, np.ndarray]:
+    """(verdict indices after every case, restarts per trial), as ``evaluate`` threaded with its state."""
+    wlo, whi = current_bounds(x, alpha=alpha, expected_cases=expected_cases)
+    return sequence.path(wlo, whi, parity=0.5, tolerance=delta, min_cases=min_cases)
+
+
 def sequence_verdicts(
     x: np.ndarray, *, delta: float = 0.05, min_cases: int = 20, alpha: float = 0.05, expected_cases: int = 1000
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(better, regression) boolean arrays after every case, decided from the confidence sequence.
-
-    Mirrors ``policies.verdict.decide`` on the win-rate scale (checked against
-    ``evaluate`` by the tests).
-    """
-    lo, hi = confseq.running_bounds(x, alpha=alpha, expected_cases=expected_cases)
-    lo = np.maximum(-1.0, lo)
-    hi = np.minimum(1.0, hi)
-    wlo, whi = (1 + lo) / 2, (1 + hi) / 2
-    enough = np.arange(1, x.shape[-1] + 1) >= min_cases
-    better = enough & (wlo > 0.5)
-    equivalent = (wlo >= 0.5 - delta) & (whi <= 0.5 + delta)
-    regression = enough & ~better & ~equivalent & (whi < 0.5)
-    return better, regression
+    """(better, regression) boolean arrays after every case, as the trial shows them."""
+    codes, _ = verdict_path(x, delta=delta, min_cases=min_cases, alpha=alpha, expected_cases=expected_cases)
+    return codes == BETTER, codes == REGRESSION
 
 
 def first_true(mask: np.ndarray) -> np.ndarray:

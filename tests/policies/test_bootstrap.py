@@ -52,3 +52,29 @@ def test_aggregated_bootstrap_matches_direct_index_resampling() -> None:
         assert abs(a_iv.lower - d_iv.lower) < 0.06 * sd + 2 / n
         assert abs(a_iv.upper - d_iv.upper) < 0.06 * sd + 2 / n
 
+
+
+def test_coverage_of_the_reported_interval_at_small_n() -> None:
+    """Item 7: how often the reported 95% bootstrap interval covers a true win rate of 0.9 at small n.
+
+    An interval with no observed spread (every case the same score) is not shown
+    (``Evaluation.interval`` is None with a note); those trials are counted apart.
+    """
+    from policies.verdict import evaluate
+
+    trials = 1_000
+    lines = [f"\nreported bootstrap interval, true win rate 0.90 (ties 10%, 10% audited), {trials} trials each:"]
+    for n in (20, 30, 50, 100):
+        x = simulate_case_scores(np.random.default_rng(700 + n), trials, n, win_rate=0.9, tie_share=0.1)
+        covered = shown = 0
+        for t in range(trials):
+            ev = evaluate(x[t], identity=f"cov-{n}-{t}")
+            if ev.interval is None:
+                assert ev.interval_note is not None
+                continue
+            shown += 1
+            covered += ev.interval.lower <= 0.9 <= ev.interval.upper
+        lines.append(f"\n  n={n}: covers {covered / shown:.1%} of {shown} shown intervals; not shown (no spread) {trials - shown}")
+        if n >= 50:
+            assert covered / shown > 0.85
+    print("".join(lines))

@@ -111,11 +111,85 @@ def test_state_and_design_store_and_resume(watch: CusumDesign) -> None:
     assert resumed == whole and CusumDesign.from_dict(stored_design) == watch
 
 
-def test_baseline_is_capped_at_parity() -> None:
+def test_baseline_is_conservative_and_capped_at_parity() -> None:
     assert cusum.baseline_from_promotion(70, 30) == 0.5
-    assert cusum.baseline_from_promotion(30, 70) == pytest.approx(0.3)
+    # 30 of 100: share 0.30 plus one standard error (0.046), rounded up to 0.01.
+    assert cusum.baseline_from_promotion(30, 70) == pytest.approx(0.35)
+    assert cusum.baseline_from_promotion(30, 70, z=0.0) == pytest.approx(0.30)
     assert cusum.baseline_from_promotion(0, 0) == 0.5
-    d = cusum.design(cusum.baseline_from_promotion(30, 70))
+    assert 0.01 < cusum.baseline_from_promotion(0, 50) < 0.05
+    d = cusum.design(0.3)
     assert (d.baseline, d.alternative) == pytest.approx((0.3, 0.4))
     assert d.arl0 >= 10_000
     assert cusum.average_run_length(d.up, d.down, d.threshold - 1, 0.3) < 10_000  # smallest such threshold
+
+
+CHAIN_TRIALS = 1_000
+WATCH_LIMIT = 1_000  # decisive judgments
+
+
+def _alarms_within(d: CusumDesign, p_old_wins: float, runs: int, rng: np.random.Generator, limit: int) -> np.ndarray:
+    """Whether each of ``runs`` detectors alarms within ``limit`` decisive judgments (no ties)."""
+    inc = np.where(rng.random((runs, limit)) < p_old_wins, d.up, -d.down)
+    w = np.cumsum(inc, axis=1)
+    s = w - np.minimum(0, np.minimum.accumulate(w, axis=1))
+    t = np.arange(1, limit + 1)
+    return ((s >= d.threshold) & (t >= d.min_judged)).any(axis=1)
+
+
+def test_watch_chain_false_alarms_with_an_estimated_baseline() -> None:
+    """Item 4: promotion trial stopped at its decision -> watch designed from its evidence -> false alarms.
+
+    Promotion trials: true win rate 0.60, 30% ties, one judgment per case, stopped at
+    the first candidate_better. In the watch the old model then wins a decisive
+    judgment with probability 0.25 / 0.70 = 0.357.
+    """
+    from policies.decision import BETTER
+    from tests.policies._sim import simulate_case_scores, verdict_path
+
+    rng = np.random.default_rng(404)
+    x = simulate_case_scores(rng, CHAIN_TRIALS, 2_000, win_rate=0.6, tie_share=0.3, audit_share=0.0)
+    codes, _ = verdict_path(x)
+    reached = (codes == BETTER).any(axis=1)
+    assert reached.all()
+    stop = (codes == BETTER).argmax(axis=1) + 1
+    seen = np.arange(x.shape[1])[None, :] < stop[:, None]
+    old_wins, new_wins = ((x == -1) & seen).sum(axis=1), ((x == 1) & seen).sum(axis=1)
+    true_p0 = 0.25 / 0.70
+
+    designs: dict[float, CusumDesign] = {}
+
+    def chain(baselines: np.ndarray, seed: int) -> tuple[float, float, float]:
+        alarms = np.zeros(CHAIN_TRIALS, dtype=bool)
+        delay = np.zeros(CHAIN_TRIALS)
+        for b in np.unique(baselines):
+            d = designs.setdefault(float(b), cusum.design(float(b)))
+            group = np.nonzero(baselines == b)[0]
+            alarms[group] = _alarms_within(d, true_p0, group.size, np.random.default_rng(seed + len(designs)), WATCH_LIMIT)
+            delay[group] = cusum.average_run_length(d.up, d.down, d.threshold, true_p0 + 0.10)
+        return float(alarms.mean()), float(np.median(delay)), float(delay.mean())
+
+    estimated = np.array([cusum.baseline_from_promotion(int(o), int(n)) for o, n in zip(old_wins, new_wins)])
+    fa, delay_median, delay_mean = chain(estimated, 1)
+    # Before the fix: the plain share at the stop (rounded to the nearest 0.01 here, to bound the designs).
+    plain = np.clip(np.round(old_wins / (old_wins + new_wins), 2), 0.01, 0.5)
+    fa_plain, plain_median, _ = chain(plain, 2)
+    known = cusum.design(true_p0)
+    fa_known = float(_alarms_within(known, true_p0, CHAIN_TRIALS, np.random.default_rng(3), WATCH_LIMIT).mean())
+    delay_known = cusum.average_run_length(known.up, known.down, known.threshold, true_p0 + 0.10)
+    d30 = designs.get(0.3) or cusum.design(0.3)
+    print(
+        f"\nwatch chain, {CHAIN_TRIALS} promotion trials (win rate 0.60, 30% ties) stopped at candidate_better"
+        f" (median {np.median(stop):.0f} cases, {np.median(old_wins + new_wins):.0f} decisive), true p0 {true_p0:.3f}:"
+        f"\n  false alarm within {WATCH_LIMIT} decisive judgments: {fa:.1%} with the conservative baseline"
+        f" (median {np.median(estimated):.2f}, below the truth in {(estimated < true_p0).mean():.1%});"
+        f" {fa_known:.1%} with the true baseline; {fa_plain:.1%} with the plain share (before the fix)"
+        f"\n  detection delay for a 0.10 rise ({true_p0:.3f} -> {true_p0 + 0.1:.3f}), exact per design:"
+        f" median {delay_median:.0f} decisive judgments (mean {delay_mean:.0f});"
+        f" {delay_known:.0f} with the true baseline; {plain_median:.0f} with the plain share"
+        f"\n  design(0.30) run at a true {true_p0:.3f}: mean run length"
+        f" {cusum.average_run_length(d30.up, d30.down, d30.threshold, true_p0):.0f}"
+    )
+    assert fa <= fa_known + 0.03
+    assert fa_plain > fa + 0.05
+    assert delay_median < 1_000

@@ -1,19 +1,35 @@
-"""The decision rule under continuous monitoring: null error rate and power, by simulation."""
+"""The decision rule under continuous monitoring: null error rate, power and flicker, by simulation.
+
+Issue 7 items 1 (small settings), 2 (flicker) and 8 (horizon of the figures).
+Every figure is printed; run with ``pytest -s``.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from policies import confseq
 from policies.bootstrap import bootstrap_interval
+from policies.decision import BETTER, INCONCLUSIVE, REGRESSION, decide
 from policies.scores import ScoreCounts
-from policies.verdict import decide, evaluate
-from tests.policies._sim import VALUES, first_true, sequence_verdicts, simulate_case_scores
+from policies.verdict import VERDICT_CODES, SequenceState, evaluate
+from tests.policies._sim import (
+    VALUES,
+    current_bounds,
+    first_true,
+    sequence_verdicts,
+    simulate_case_scores,
+    verdict_path,
+)
 
 TRIALS = 1_000
-CASES = 2_000
+CASES = 2_000  # the fixed-bootstrap contrast and the power runs
+HORIZON = 5_000  # the null runs: every case checked up to here
 BOOT_TRIALS = 500  # the fixed-bootstrap contrast runs the real bootstrap; see test docstring
 SCREEN_Z = 1.6
+DEFAULTS = (1000, 20)  # expected_cases, min_cases
+SMALLEST = (1, 1)  # the smallest settings POST /v1/trials accepts
 
 
 @pytest.fixture(scope="module")
@@ -38,30 +54,83 @@ def _fixed_bootstrap_code(x_prefix_counts: np.ndarray, n: int, identity: str) ->
     return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.05, min_cases=20)
 
 
+def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
+    """The rule before issue 7: plug-in normal mixture, no intersection, better checked first."""
+    lo, hi = confseq.running_bounds(x, expected_cases=expected_cases)
+    wlo, whi = (1 + np.maximum(-1.0, lo)) / 2, (1 + np.minimum(1.0, hi)) / 2
+    enough = np.arange(1, x.shape[-1] + 1) >= min_cases
+    better = enough & (wlo > 0.5)
+    equivalent = (wlo >= 0.45) & (whi <= 0.55)
+    regression = enough & ~better & ~equivalent & (whi < 0.5)
+    return np.where(better, BETTER, np.where(regression, REGRESSION, INCONCLUSIVE))
+
+
 def test_simulated_verdicts_match_evaluate(null_scores: np.ndarray) -> None:
-    """The vectorised rule the simulations use is the production rule."""
+    """The vectorised path the simulations use is ``evaluate`` threaded with its own state."""
     rng = np.random.default_rng(3)
-    x = null_scores[:50]
-    x = np.concatenate([x, simulate_case_scores(rng, 50, CASES, win_rate=0.6)])
-    better, regression = sequence_verdicts(x)
+    x = np.concatenate([null_scores[:50], simulate_case_scores(rng, 50, CASES, win_rate=0.6)])
+    wlo, whi = current_bounds(x)
     for t, n in zip(rng.integers(0, 100, 60), rng.integers(1, CASES + 1, 60)):
-        got = evaluate(x[t, :n], identity=f"t{t}").verdict
-        want = "candidate_better" if better[t, n - 1] else "regression" if regression[t, n - 1] else None
-        if want is None:
-            assert got in ("equivalent", "inconclusive")
-        else:
-            assert got == want
+        now = evaluate(x[t, :n], identity=f"t{t}").sequence_now
+        assert now.lower == pytest.approx(wlo[t, n - 1], abs=1e-12)
+        assert now.upper == pytest.approx(whi[t, n - 1], abs=1e-12)
+
+    # Look by look, with the state carried: a null, a better, a worse trial, and one whose
+    # traffic turns half-way (the kept interval empties and restarts).
+    looks = 300
+    turn = np.concatenate(
+        [simulate_case_scores(rng, 1, looks // 2, win_rate=0.8), simulate_case_scores(rng, 1, looks // 2, win_rate=0.2)],
+        axis=1,
+    )
+    trials = np.concatenate([null_scores[:1, :looks], x[50:51, :looks], -x[51:52, :looks], turn])
+    codes, restarts = verdict_path(trials, expected_cases=100)
+    assert restarts[-1] >= 1
+    for row, want in zip(trials, codes):
+        state: SequenceState | None = None
+        for n in range(1, looks + 1):
+            ev = evaluate(row[:n], identity="p", expected_cases=100, prior=state)
+            assert ev.verdict == VERDICT_CODES[want[n - 1]], n
+            state = ev.sequence_state
+
+
+@pytest.mark.parametrize("settings", [DEFAULTS, SMALLEST], ids=["defaults", "smallest"])
+@pytest.mark.parametrize("ties", [0.0, 0.3, 0.7, 0.95])
+def test_null_false_decisions_at_every_accepted_setting(settings: tuple[int, int], ties: float) -> None:
+    """Item 1: of 1,000 null trials checked after every case up to 5,000 cases, at most 5% ever decide."""
+    expected, min_cases = settings
+    x = simulate_case_scores(np.random.default_rng(int(ties * 100) + expected), TRIALS, HORIZON, win_rate=0.5, tie_share=ties)
+    better, regression = sequence_verdicts(x, expected_cases=expected, min_cases=min_cases)
+    wrong = (better | regression).any(axis=1)
+    by = {h: (better[:, :h] | regression[:, :h]).any(axis=1).mean() for h in (100, 2_000, HORIZON)}
+    old = _plug_in_codes(x, expected_cases=expected, min_cases=min_cases)
+    old_wrong = (old != INCONCLUSIVE).any(axis=1)
+    old_first = first_true(old != INCONCLUSIVE)
+    print(
+        f"\nnull, expected_cases={expected}, min_cases={min_cases}, ties {ties:.0%}, {TRIALS} trials x {HORIZON} cases:"
+        f" empirical-Bernstein CS {wrong.mean():.1%} ever decide"
+        f" (better {better.any(axis=1).mean():.1%}, regression {regression.any(axis=1).mean():.1%};"
+        f" by 100 cases {by[100]:.1%}, by 2,000 {by[2_000]:.1%})"
+        f" | plug-in normal mixture before the fix: {old_wrong.mean():.1%}"
+        f" (earliest after {old_first[old_first > 0].min() if old_wrong.any() else 0} cases)"
+    )
+    assert wrong.mean() <= 0.05
+
+
+def test_small_settings_cannot_decide_on_two_cases() -> None:
+    """Item 1, the issue's example: two wins at expected_cases=5, min_cases=1 decide nothing."""
+    ev = evaluate({1.0: 2}, identity="t", expected_cases=5, min_cases=1)
+    assert ev.verdict == "inconclusive"
+    assert ev.sequence.lower < 0.5
 
 
 def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
-    """Of 1,000 null trials checked after every case up to 2,000, at most 5% ever decide wrongly.
+    """Contrast: the fixed 95% bootstrap interval peeked at after every case is not honest.
 
-    Contrast: the fixed 95% bootstrap interval, decided with the same rule and
-    checked after every case. Running the real 2,000-resample bootstrap at
-    every look of all 1,000 trials costs about 30 s, so it runs on the first
-    500 of the same simulated trials; at looks where the normal statistic is
-    below 1.6 in absolute value it is not run (the bootstrap cannot decide there,
-    checked below), and a trial stops at its first decision.
+    Running the real 2,000-resample bootstrap at every look of all 1,000
+    trials costs about 30 s, so it runs on the first 500 of the same simulated
+    trials; at looks where the normal statistic is below 1.6 in absolute value
+    it is not run (the bootstrap cannot decide there, checked below), and a
+    trial stops at its first decision.
     """
     better, regression = sequence_verdicts(null_scores)
     wrong = (better | regression).any(axis=1)
@@ -93,12 +162,10 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
     for t, i in near[rng.choice(len(near), 200, replace=False)]:
         assert _fixed_bootstrap_code(prefix[t, i], i + 1, f"null-{t}") not in ("candidate_better", "regression")
 
-    first = first_true(better | regression)
     print(
         f"\nnull trials ({TRIALS} x {CASES} cases, win rate 0.50, ties 30%, 10% audited), checked after every case:"
         f"\n  confidence sequence: {cs_share:.1%} ever candidate_better/regression"
-        f" (better {better.any(axis=1).mean():.1%}, regression {regression.any(axis=1).mean():.1%};"
-        f" median case of a wrong decision {np.median(first[first > 0]) if wrong.any() else 0:.0f})"
+        f" (better {better.any(axis=1).mean():.1%}, regression {regression.any(axis=1).mean():.1%})"
         f"\n  fixed 95% bootstrap, first {BOOT_TRIALS} trials: {boot_share:.1%}"
         f" (looked at once, at {CASES} cases: {once_share:.1%})"
         f"\n  fixed 95% normal interval: {wald_share:.1%} of all {TRIALS} trials, {wald_same:.1%} of the first {BOOT_TRIALS}"
@@ -109,19 +176,53 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
     assert once_share < 0.1  # the same interval is honest when looked at once
 
 
-@pytest.mark.parametrize(("win_rate", "code"), [(0.60, "candidate_better"), (0.40, "regression")])
-def test_power(win_rate: float, code: str) -> None:
+def _left_after_reaching(codes: np.ndarray, code: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per trial: whether the verdict ever leaves ``code`` after first reaching it, and the first case."""
+    hit = codes == code
+    first = first_true(hit)
+    later = np.arange(1, codes.shape[-1] + 1)[None, :] > first[:, None]
+    left = ((first > 0)[:, None] & later & ~hit).any(axis=1)
+    return left, first
+
+
+@pytest.mark.parametrize(("win_rate", "code"), [(0.60, BETTER), (0.40, REGRESSION)])
+def test_power_and_verdicts_that_stand(win_rate: float, code: int) -> None:
+    """Item 2: once reached, a decision stands (no Adoptable -> Collecting -> Adoptable)."""
     x = simulate_case_scores(np.random.default_rng(int(win_rate * 100)), TRIALS, CASES, win_rate=win_rate)
-    better, regression = sequence_verdicts(x)
-    right, wrong = (better, regression) if code == "candidate_better" else (regression, better)
-    first = first_true(right)
+    codes, restarts = verdict_path(x)
+    other = REGRESSION if code == BETTER else BETTER
+    left, first = _left_after_reaching(codes, code)
     reached = first > 0
     median = float(np.median(first[reached]))
     q10, q90 = np.percentile(first[reached], [10, 90])
+    old = _plug_in_codes(x, expected_cases=1000, min_cases=20)
+    old_left, old_first = _left_after_reaching(old, code)
+    name = VERDICT_CODES[code]
     print(
-        f"\ntrue win rate {win_rate:.2f}: {reached.mean():.1%} of {TRIALS} trials reach {code} within {CASES} cases;"
-        f" cases needed median {median:.0f} (10%: {q10:.0f}, 90%: {q90:.0f})"
+        f"\ntrue win rate {win_rate:.2f} (ties 30%, 10% audited), {TRIALS} trials x {CASES} cases:"
+        f" {reached.mean():.1%} reach {name}, median {median:.0f} cases (10%: {q10:.0f}, 90%: {q90:.0f});"
+        f" {left.mean():.1%} leave it afterwards (restarts: {int((restarts > 0).sum())} trials)"
+        f" | before the fix: median {np.median(old_first[old_first > 0]):.0f} cases,"
+        f" {old_left.mean():.1%} leave it afterwards"
     )
     assert reached.mean() >= 0.99
-    assert not wrong.any()
-    assert 20 <= median <= 500
+    assert not (codes == other).any()
+    assert left.mean() <= (restarts > 0).mean()  # only a contradiction can withdraw a decision
+    assert left.mean() == 0
+    assert 20 <= median <= 240  # 189-198 before the fix: not much worse
+
+
+def test_one_more_loss_does_not_undecide() -> None:
+    """Item 2, the issue's example (the first counts at these proportions that decide)."""
+    counts = {-1.0: 84, 0.0: 95, 1.0: 136}
+    ev = evaluate(counts, identity="x")
+    assert ev.verdict == "candidate_better"
+    alone = evaluate({-1.0: 85, 0.0: 95, 1.0: 136}, identity="x")
+    assert alone.verdict == "inconclusive"  # the current interval alone now reaches parity
+    kept = evaluate({-1.0: 85, 0.0: 95, 1.0: 136}, identity="x", prior=ev.sequence_state)
+    assert kept.verdict == "candidate_better" and kept.sequence.lower > 0.5
+    # Survives a restart: the state goes through JSON.
+    import json
+
+    stored = SequenceState.from_dict(json.loads(json.dumps(ev.sequence_state.to_dict())))
+    assert evaluate({-1.0: 85, 0.0: 95, 1.0: 136}, identity="x", prior=stored) == kept
