@@ -1,8 +1,10 @@
-"""Benchmark: the tap's ingest rate against a bare aiohttp handler, in the same run.
+"""Benchmark: the tap's ingest rate against a bare aiohttp handler, and whether a flood of
+exchanges starves the engine (issue #6), in the same run.
 
-    .venv/bin/python bench/tap.py [--duration 5] [--concurrency 32] [--sample-rate 0.05] [--no-unsampled]
+    .venv/bin/python bench/tap.py [--phases ingest,starvation,cpu] [--duration 5] [--concurrency 32]
+                                  [--sample-rate 0.05] [--no-unsampled] [--cases 3000] [--flood-duration 10]
 
-Two servers take the same request bodies:
+**ingest** — two servers take the same request bodies:
 
 - **reference** — an aiohttp handler that reads the body and answers ``202``;
   the ceiling any aiohttp-based tap can reach on this machine.
@@ -19,16 +21,38 @@ Two modes: (a) one exchange per request, (b) 100 exchanges per request (a JSON
 array). Each exchange is about 1 KB of JSON (a system and a user message, an
 answer of a few hundred bytes), with a unique ``exchange_id``.
 
+**starvation** — three phases, each on a fresh sidecar, all in 100-exchange batches:
+
+- **engine alone** — ``--cases`` exchanges offered at once to a trial at rate 1.0
+  (the queue holds them all), no flood; judged cases/s between the moments 10%
+  and 90% of them were done, while the queue is never empty;
+- **engine under flood** — a trial at ``--flood-rate`` and a full-speed flood for
+  ``--flood-duration`` seconds after the warm-up; judged cases/s over the flood;
+- **ingest alone** — the same flood at rate 0.
+
+Reported: judged/s under flood ÷ alone (goal ≥ 0.80) and exchanges/s with the
+engine busy ÷ alone (goal ≥ 0.90), with the absolute figures, queue depths and
+the sidecar's warnings. Judged counts are the trial's funnel (``GET
+/v1/trials/{id}``), read only at the ends of a window; between them ``/metrics``
+is polled every ``--poll`` seconds (queue depth), the same in every phase.
+
+**cpu** — the sidecar's CPU per judged case over the whole engine-alone phase,
+raw and net of the idle baseline and of the tap's cost to ingest as many
+exchanges at rate 0 (from *ingest alone*), and by thread: the main loop (tap and
+admin), the engine's loop, each store connection's thread.
+
 Processes (the machine this was written on has 2 cores): this process is the
 load generator (aiohttp ``ClientSession``, keep-alive, fixed concurrency, only
 to 127.0.0.1, bounded by request count and time); each measured server runs in
 a child process of its own, started fresh for each phase, so no backlog of one
 phase runs into the next; the fake provider runs in a third process that is
-idle except while the tap phases dispatch sampled cases. Each phase starts with
-a short warm-up that is not counted.
+idle except while the sidecar dispatches sampled cases. Each flood starts with
+a short warm-up that is not counted. CPU comes from ``/proc``: per process, per
+thread of the sidecar, and the machine's total, so what other processes took
+is reported too.
 
-Reported per phase: exchanges/s, requests/s, and the server process's CPU time
-per exchange (from ``/proc``; more robust than throughput when the load
+Reported per ingest phase: exchanges/s, requests/s, and the server process's CPU time
+per exchange (more robust than throughput when the load
 generator, not the server, is the bottleneck). Ratios are tap / reference;
 speed is never asserted, only reported (DESIGN.md section 14).
 """
@@ -170,10 +194,23 @@ def run_reference(conn: Connection, max_body: int) -> None:
     asyncio.run(main())
 
 
-def run_sidecar(conn: Connection, base_url: str, tmp: str) -> None:
+def run_sidecar(conn: Connection, base_url: str, tmp: str, queue_size: int = 10_000, workers: int = 16) -> None:
+    """The real sidecar; its hello names its threads (for per-thread CPU), its goodbye
+    carries what it logged at WARNING and above, split into before and after the stop."""
+    import threading
+
     from sidecar.app import Sidecar
     from sidecar.config import load_config
     from sidecar.demo.localconfig import loopback_config
+
+    logged: dict[str, list[str]] = {"running": [], "stopping": []}
+    when = ["running"]
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged[when[0]].append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+    logging.getLogger().addHandler(Keep(logging.WARNING))
 
     async def main() -> None:
         path = Path(tmp) / "shadowtrial.toml"
@@ -181,13 +218,23 @@ def run_sidecar(conn: Connection, base_url: str, tmp: str) -> None:
             loopback_config(
                 base_url=base_url, db=str(Path(tmp) / "bench.db"), judge=JUDGE, drain_seconds=1.0, max_retries=1,
                 prices={INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)},
+                queue_size=queue_size, workers=workers,
             )
         )
         config = load_config(str(path), {})
         async with Sidecar(config) as sc:
-            conn.send({"tap_url": sc.tap_url, "admin_url": sc.admin_url})
+            # The admin's store opens before the engine starts (Runtime.start), and threads
+            # enumerate in start order: the first store thread is the admin's.
+            threads: dict[int, str] = {}
+            for t in threading.enumerate():
+                if t.native_id is not None:
+                    store = t.name.startswith("shadowtrial-store")
+                    admin_store = store and not any(n.startswith("store:") for n in threads.values())
+                    threads[t.native_id] = ("store:admin" if admin_store else "store:engine") if store else t.name
+            conn.send({"tap_url": sc.tap_url, "admin_url": sc.admin_url, "threads": threads})
             await _wait_for_stop(conn)
-        conn.send("stopped")
+            when[0] = "stopping"
+        conn.send(logged)
 
     asyncio.run(main())
 
@@ -213,6 +260,23 @@ class Child:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds by thread group (``THREAD_GROUPS``), from /proc/<pid>/task; {} elsewhere."""
+        names = self.hello.get("threads", {}) if isinstance(self.hello, dict) else {}
+        out: dict[str, float] = {}
+        try:
+            tasks = list(Path(f"/proc/{self.proc.pid}/task").iterdir())
+        except OSError:
+            return out
+        for task in tasks:
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            group = _thread_group(names.get(int(task.name), ""))
+            out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
     def stop(self) -> Any:
         reply = None
         try:
@@ -226,6 +290,16 @@ class Child:
             self.proc.kill()
             self.proc.join(5)
         return reply
+
+
+#: How the sidecar's threads are reported: the main loop serves the tap and the admin API;
+#: the engine's loop runs the cases; each store connection (admin's, engine's) has a thread.
+THREAD_GROUPS = ("tap+admin loop", "engine loop", "engine store", "admin store", "other")
+
+
+def _thread_group(name: str) -> str:
+    named = {"MainThread": 0, "shadowtrial-engine": 1, "store:engine": 2, "store:admin": 3}
+    return THREAD_GROUPS[named.get(name, 4)]
 
 
 # --- load generator -----------------------------------------------------------
@@ -363,6 +437,394 @@ async def trial_funnel(session: aiohttp.ClientSession, admin: str, trial_id: str
     return out
 
 
+# --- starvation and CPU per judged case (issue #6) -------------------------------
+
+
+@dataclass
+class Meter:
+    """CPU seconds so far: the sidecar (by thread group), the fake provider, this process, the machine."""
+
+    sidecar: float | None
+    threads: dict[str, float]
+    fake: float | None
+    client: float
+    machine: float | None
+
+    @staticmethod
+    def read(sidecar: Child, fake: Child) -> Meter:
+        return Meter(sidecar.cpu_seconds(), sidecar.thread_cpu(), fake.cpu_seconds(), _own_cpu(), _machine_busy())
+
+
+def _machine_busy() -> float | None:
+    """Busy CPU seconds of the whole machine (all cores, every process), from /proc/stat."""
+    try:
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+@dataclass
+class Sample:
+    """One poll of ``/metrics`` (and, for a full sample, ``GET /v1/trials/{id}``) with the CPU meters."""
+
+    t: float
+    depth: int
+    in_flight: int  # cases the engine's workers hold
+    sampled: int  # cases the tap put on the queue, all trials
+    meter: Meter
+    outcomes: dict[str, int] | None = None  # the trial's funnel (full samples only)
+
+    @property
+    def judged(self) -> int:
+        assert self.outcomes is not None, "a light sample has no funnel"
+        return self.outcomes.get("judged", 0)
+
+    @property
+    def done(self) -> int:
+        """Cases taken off the queue and finished (from the gauges; exact only with one trial)."""
+        return self.sampled - self.depth - self.in_flight
+
+
+class Probe:
+    """Polls ``/metrics`` (one cheap store read) every ``interval`` seconds on a session of its own,
+    not behind the flood's connection limit; reads the trial's funnel (a snapshot of the trial
+    and its cases, whose cost grows with them) only at the ends of a window, so the probe
+    takes from the engine as little as it can, and alike in every phase."""
+
+    def __init__(self, admin: str, trial_id: str, sidecar: Child, fake: Child, interval: float) -> None:
+        self.admin, self.trial_id, self.sidecar, self.fake, self.interval = admin, trial_id, sidecar, fake, interval
+        self.samples: list[Sample] = []
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        self._task: asyncio.Task[None] | None = None
+
+    async def sample(self, full: bool = False) -> Sample:
+        t0 = time.perf_counter()
+        async with self._session.get(f"{self.admin}/metrics") as resp:
+            gauges = _prometheus(await resp.text())
+        outcomes = None
+        if full:
+            async with self._session.get(f"{self.admin}/v1/trials/{self.trial_id}") as resp:
+                view = await resp.json()
+            outcomes = {k: v for k, v in view["funnel"]["outcomes"].items() if v}
+        s = Sample(
+            (t0 + time.perf_counter()) / 2, int(gauges["shadowtrial_intake_queue_depth"]),
+            int(gauges["shadowtrial_cases_in_flight"]), int(gauges["shadowtrial_cases_sampled_total"]),
+            Meter.read(self.sidecar, self.fake), outcomes,
+        )
+        self.samples.append(s)
+        return s
+
+    async def _run(self) -> None:
+        while True:
+            started = time.perf_counter()
+            await self.sample()
+            await asyncio.sleep(max(self.interval - (time.perf_counter() - started), 0))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> Sample:
+        """Stop polling; one last, full sample."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        return await self.sample(full=True)
+
+    def min_depth(self, a: Sample, b: Sample) -> int:
+        """The shallowest the queue was seen between two samples (0: the engine may have idled)."""
+        return min(x.depth for x in self.samples if a.t <= x.t <= b.t)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+def _prometheus(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name.split("{", 1)[0]] = float(value)
+    return out
+
+
+@dataclass
+class Window:
+    """Between two samples: judged cases, wall time, CPU by process and thread group."""
+
+    a: Sample
+    b: Sample
+
+    @property
+    def seconds(self) -> float:
+        return self.b.t - self.a.t
+
+    @property
+    def judged(self) -> int:
+        return self.b.judged - self.a.judged
+
+    @property
+    def judged_per_s(self) -> float:
+        return self.judged / self.seconds if self.seconds > 0 else 0.0
+
+    def cpu(self, who: str) -> float | None:
+        return _minus(getattr(self.b.meter, who), getattr(self.a.meter, who))
+
+    def threads(self) -> dict[str, float]:
+        return {g: self.b.meter.threads.get(g, 0.0) - self.a.meter.threads.get(g, 0.0) for g in THREAD_GROUPS}
+
+    def pct(self, who: str) -> float | None:
+        cpu = self.cpu(who)
+        return None if cpu is None or self.seconds <= 0 else 100 * cpu / self.seconds
+
+    @property
+    def others_pct(self) -> float | None:
+        """The machine's busy CPU not spent by the sidecar, the fake provider or this process."""
+        machine, ours = self.cpu("machine"), [self.cpu(w) for w in ("sidecar", "fake", "client")]
+        if machine is None or self.seconds <= 0:
+            return None
+        return 100 * max(machine - sum(c or 0.0 for c in ours), 0.0) / self.seconds
+
+
+@dataclass
+class EnginePhase:
+    """A phase of the starvation comparison: its steady window, and what it says about the run."""
+
+    name: str
+    rate: float
+    window: Window
+    load: Load | None = None  # the measured flood, if any
+    per_request: int = 100
+    min_depth: int = 0  # the shallowest the queue was seen in the window
+    idle: Window | None = None  # the idle baseline (polling only), if measured
+    whole: Window | None = None  # from the first offer until every case finished
+    offered: int = 0
+    timed_out: bool = False
+    final: Sample | None = None
+    log: dict[str, list[str]] | None = None
+
+    @property
+    def exchanges_per_s(self) -> float | None:
+        return None if self.load is None else self.load.requests * self.per_request / self.load.seconds
+
+
+def _fresh_sidecar(fake: Child, tmp: str, args: argparse.Namespace, queue_size: int) -> Child:
+    return Child(run_sidecar, fake.hello, tmp, queue_size, args.workers)
+
+
+async def engine_alone(fake: Child, args: argparse.Namespace) -> EnginePhase:
+    """``--cases`` exchanges offered at once in 100-exchange batches to a trial at rate 1.0, no
+    flood; judged/s between the 10% and 90% marks, CPU from the first offer to the last case."""
+    requests = -(-args.cases // 100)
+    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
+        sc = _fresh_sidecar(fake, tmp, args, max(args.queue_size, requests * 100))
+        log = None
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                trial_id = await create_trial(session, sc.hello["admin_url"], 1.0)
+                probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
+                try:
+                    idle0 = await probe.sample(full=True)  # the idle baseline: polling and housekeeping only
+                    await asyncio.sleep(args.idle)
+                    idle1 = await probe.sample(full=True)
+                    probe.start()
+                    load = await generate(
+                        session, sc.hello["tap_url"] + "/v1/exchanges", body_maker(100, "alone"),
+                        concurrency=args.concurrency, max_requests=requests, duration=30,
+                    )
+                    offered = load.requests * 100
+                    marks: list[Sample] = []
+                    deadline = time.perf_counter() + args.engine_timeout
+                    while time.perf_counter() < deadline:
+                        last = probe.samples[-1]
+                        if len(marks) < 2 and last.done >= (0.1, 0.9)[len(marks)] * offered:
+                            marks.append(await probe.sample(full=True))
+                        elif last.done >= offered:
+                            break
+                        else:
+                            await asyncio.sleep(args.poll / 2)
+                    final = await probe.stop()
+                finally:
+                    await probe.close()
+        finally:
+            log = sc.stop()
+    marks += [final] * (2 - len(marks))
+    w = Window(marks[0], marks[1])
+    return EnginePhase(
+        "engine alone", 1.0, w, min_depth=probe.min_depth(w.a, w.b), idle=Window(idle0, idle1),
+        whole=Window(idle1, final), offered=offered, timed_out=final.done < offered, final=final, log=log,
+    )
+
+
+async def flood_phase(fake: Child, args: argparse.Namespace, name: str, rate: float) -> EnginePhase:
+    """A full-speed flood of 100-exchange batches for ``--flood-duration`` seconds after the warm-up;
+    judged/s and exchanges/s over the measured flood."""
+    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
+        sc = _fresh_sidecar(fake, tmp, args, args.queue_size)
+        log = None
+        try:
+            connector = aiohttp.TCPConnector(limit=args.concurrency)
+            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+                trial_id = await create_trial(session, sc.hello["admin_url"], rate)
+                url = sc.hello["tap_url"] + "/v1/exchanges"
+                probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
+                try:
+                    probe.start()
+                    await generate(
+                        session, url, body_maker(100, "warm"),
+                        concurrency=args.concurrency, max_requests=args.max_requests, duration=args.warmup,
+                    )
+                    a = await probe.sample(full=True)
+                    load = await generate(
+                        session, url, body_maker(100, "flood"),
+                        concurrency=args.concurrency, max_requests=args.max_requests, duration=args.flood_duration,
+                    )
+                    b = await probe.stop()
+                finally:
+                    await probe.close()
+        finally:
+            log = sc.stop()
+    return EnginePhase(name, rate, Window(a, b), load=load, min_depth=probe.min_depth(a, b), final=b, log=log)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.2f} ms"
+
+
+def report_starvation(
+    phases: dict[str, EnginePhase], args: argparse.Namespace, loads: tuple[str, str],
+) -> None:
+    print(
+        f"\nstarvation and CPU per judged case (issue #6): {os.cpu_count()} CPU(s); load average before {loads[0]}, "
+        f"after {loads[1]}"
+    )
+    print(
+        f"each phase: a fresh sidecar (engine workers {args.workers}, queue {args.queue_size}; the engine-alone "
+        f"queue holds all its cases), one trial, candidate and judge on the FakeProvider at zero latency (own "
+        f"process); the admin API polled every {args.poll:g} s in every phase; floods are 100-exchange batches "
+        f"at concurrency {args.concurrency} for {args.flood_duration:g} s after {args.warmup:g} s warm-up"
+    )
+    head = (
+        f"{'phase':<22}{'rate':>6}{'window s':>10}{'judged':>8}{'judged/s':>10}{'exch/s':>10}{'queue':>13}{'min q':>8}"
+        f"{'sidecar%':>10}{'fake%':>7}{'client%':>9}{'others%':>9}"
+    )
+    print()
+    print(head)
+    print("-" * len(head))
+    for p in phases.values():
+        w = p.window
+        print(
+            f"{p.name:<22}{p.rate:>6.2f}{w.seconds:>10.1f}{w.judged:>8}{w.judged_per_s:>10.1f}"
+            f"{_fmt(p.exchanges_per_s if p.name != 'engine alone' else None, '.0f'):>10}{f'{w.a.depth}->{w.b.depth}':>13}{p.min_depth:>8}"
+            f"{_fmt(w.pct('sidecar'), '.0f'):>10}{_fmt(w.pct('fake'), '.0f'):>7}{_fmt(w.pct('client'), '.0f'):>9}"
+            f"{_fmt(w.others_pct, '.0f'):>9}"
+        )
+    print()
+    for p in phases.values():
+        w = p.window
+        threads = ", ".join(f"{g} {100 * c / w.seconds:.0f}%" for g, c in w.threads().items() if w.seconds > 0)
+        print(f"{p.name}: sidecar threads over the window: {threads}")
+        t = w.threads()
+        work = []
+        if w.judged:
+            work.append(f"engine loop + engine store {_ms((t['engine loop'] + t['engine store']) / w.judged)} per judged case")
+        if p.load is not None and p.exchanges_per_s:
+            ingested = p.exchanges_per_s * w.seconds
+            work.append(f"tap+admin loop {1e6 * t['tap+admin loop'] / ingested:.1f} µs per exchange")
+            print(f"  load: {p.load.requests} requests, {p.load.errors} errors, {p.load.seconds:.1f} s")
+        if work:
+            print(f"  CPU per unit of work: {'; '.join(work)}")
+        final = p.final
+        if final is not None:
+            print(f"  at the end: funnel {final.outcomes}, in flight {final.in_flight}, queue depth {final.depth}")
+        if p.name == "engine alone":
+            print(
+                f"  {p.offered} offered; window from {w.a.judged} to {w.b.judged} judged (10%-90% marks)"
+                + ("; TIMED OUT before every case finished" if p.timed_out else "; every case finished")
+                + f" ({p.whole.seconds if p.whole else 0:.1f} s from the first offer)"
+            )
+        for when, lines in (p.log or {}).items():
+            if lines:
+                print(f"  sidecar log while {when}: {len(lines)} warning(s)/error(s); first: {lines[:3]}")
+    alone, flood, idle_in = phases.get("engine alone"), phases.get("engine under flood"), phases.get("ingest alone")
+    print()
+    if alone and flood:
+        a, f = alone.window.judged_per_s, flood.window.judged_per_s
+        ratio = f / a if a else float("nan")
+        print(f"NO STARVATION  judged/s under flood / judged/s alone = {f:.1f} / {a:.1f} = {ratio:.2f}  (goal >= 0.80)")
+        w = flood.window
+        offered = (w.b.outcomes or {}).get("shed_queue_full", 0) - (w.a.outcomes or {}).get("shed_queue_full", 0)
+        offered += w.b.sampled - w.a.sampled
+        print(
+            f"               under flood: {offered / w.seconds:.0f} cases/s sampled vs {f:.1f}/s judged; queue depth "
+            f"{w.a.depth} -> {w.b.depth} of {args.queue_size} (never below {flood.min_depth}); "
+            f"{(w.b.outcomes or {}).get('shed_queue_full', 0)} shed (queue full) by the end"
+        )
+    if flood and idle_in and flood.exchanges_per_s and idle_in.exchanges_per_s:
+        busy, free = flood.exchanges_per_s, idle_in.exchanges_per_s
+        print(f"INGEST         exch/s engine busy (rate {flood.rate:g}) / exch/s alone (rate 0) = {busy:.0f} / {free:.0f} "
+              f"= {busy / free:.2f}  (goal >= 0.90)")
+    if alone and alone.whole is not None:
+        cpu_per_case(alone, idle_in)
+    print(
+        "notes: the load generator (this process), the sidecar (tap and engine, one process) and the fake provider "
+        f"share this machine's {os.cpu_count()} cores, and other processes run beside them ('others%'); a sidecar "
+        "near 100% (one core: the GIL) is the limit; CPU per case is the steadier figure when the machine is shared."
+    )
+
+
+def cpu_per_case(alone: EnginePhase, ingest: EnginePhase | None) -> None:
+    """CPU of the sidecar per judged case over the engine-alone phase, raw and net."""
+    whole, idle = alone.whole, alone.idle
+    assert whole is not None and idle is not None
+    judged = whole.judged
+    raw = whole.cpu("sidecar")
+    if raw is None or judged == 0:
+        print("CPU PER CASE   n/a (no /proc, or nothing judged)")
+        return
+    idle_cpu = (idle.cpu("sidecar") or 0.0) / idle.seconds * whole.seconds
+    tap_cpu = None
+    if ingest is not None and ingest.load is not None:
+        n_ingest = ingest.load.requests * ingest.per_request
+        ingest_cpu = ingest.window.cpu("sidecar")
+        if ingest_cpu is not None and n_ingest:
+            # the window is the flood plus one poll; scale its CPU rate to the flood's length
+            per_exchange = ingest_cpu / ingest.window.seconds * ingest.load.seconds / n_ingest
+            tap_cpu = per_exchange * alone.offered
+    threads = whole.threads()
+    engine_side = threads["engine loop"] + threads["engine store"]
+    net = raw - idle_cpu - (tap_cpu or 0.0)
+    print(
+        f"CPU PER CASE   engine alone, {judged} judged in {whole.seconds:.1f} s: raw {_ms(raw / judged)} of sidecar CPU "
+        f"per judged case; net {_ms(net / judged)} (less {idle_cpu:.2f} s idle polling/housekeeping"
+        + (f", less {tap_cpu:.2f} s for the tap to ingest {alone.offered} exchanges at rate 0" if tap_cpu is not None
+           else ", tap share not measured (run the starvation or cpu phases for it)")
+        + f"); engine loop + engine store thread alone {_ms(engine_side / judged)}"
+    )
+    print(
+        f"               by thread over the phase: "
+        + ", ".join(f"{g} {_ms(c / judged)}" for g, c in threads.items())
+        + f"; fake provider {_ms((whole.cpu('fake') or 0.0) / judged)} per case (not counted above)"
+    )
+
+
+async def run_starvation(fake: Child, args: argparse.Namespace) -> dict[str, EnginePhase]:
+    phases: dict[str, EnginePhase] = {}
+    phases["engine alone"] = await engine_alone(fake, args)
+    print("done: engine alone", file=sys.stderr, flush=True)
+    if "starvation" in args.phases:
+        phases["engine under flood"] = await flood_phase(fake, args, "engine under flood", args.flood_rate)
+        print("done: engine under flood", file=sys.stderr, flush=True)
+    phases["ingest alone"] = await flood_phase(fake, args, "ingest alone", 0.0)
+    print("done: ingest alone", file=sys.stderr, flush=True)
+    return phases
+
+
 # --- report -------------------------------------------------------------------
 
 
@@ -431,29 +893,47 @@ def report(
 async def amain(args: argparse.Namespace) -> int:
     fake = Child(run_fake_provider)
     phases: list[Phase] = []
+    engine_phases: dict[str, EnginePhase] = {}
     taps = [("tap", args.sample_rate)] + ([("tap r=0", 0.0)] if args.unsampled else [])
     load_before = _loadavg()
     try:
-        for r in range(args.rounds):
-            for mode, per_request, tag in (("(a) 1 exchange/request", 1, "a"), ("(b) 100 exchanges/request", 100, "b")):
-                ref = Child(run_reference, MAX_BODY)
-                try:
-                    phases.append(await run_phase("reference", mode, ref, per_request, args, f"{tag}{r}"))
-                finally:
-                    ref.stop()
-                for i, (name, rate) in enumerate(taps):
-                    # A fresh sidecar (and store) per phase: no backlog of one phase runs into the next.
-                    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-                        tap = Child(run_sidecar, fake.hello, tmp)
-                        try:
-                            phases.append(await run_phase(name, mode, tap, per_request, args, f"{tag}{r}{i}", rate))
-                        finally:
-                            tap.stop()
-                print(f"round {r + 1}/{args.rounds} done: {mode}", file=sys.stderr, flush=True)
+        if "ingest" in args.phases:
+            for r in range(args.rounds):
+                for mode, per_request, tag in (("(a) 1 exchange/request", 1, "a"), ("(b) 100 exchanges/request", 100, "b")):
+                    ref = Child(run_reference, MAX_BODY)
+                    try:
+                        phases.append(await run_phase("reference", mode, ref, per_request, args, f"{tag}{r}"))
+                    finally:
+                        ref.stop()
+                    for i, (name, rate) in enumerate(taps):
+                        # A fresh sidecar (and store) per phase: no backlog of one phase runs into the next.
+                        with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
+                            tap = Child(run_sidecar, fake.hello, tmp, args.queue_size, args.workers)
+                            try:
+                                phases.append(await run_phase(name, mode, tap, per_request, args, f"{tag}{r}{i}", rate))
+                            finally:
+                                _echo_log(name, tap.stop())
+                    print(f"round {r + 1}/{args.rounds} done: {mode}", file=sys.stderr, flush=True)
+        load_mid = _loadavg()
+        if {"starvation", "cpu"} & set(args.phases):
+            engine_phases = await run_starvation(fake, args)
     finally:
         fake_calls = fake.stop()
-    report(best_of(phases), args, fake_calls, (load_before, _loadavg()))
-    return 0 if all(p.load.errors == 0 for p in phases) else 1
+    if phases:
+        report(best_of(phases), args, fake_calls, (load_before, load_mid))
+    if engine_phases:
+        report_starvation(engine_phases, args, (load_mid, _loadavg()))
+    ok = all(p.load.errors == 0 for p in phases) and all(
+        p.load is None or p.load.errors == 0 for p in engine_phases.values()
+    )
+    return 0 if ok else 1
+
+
+def _echo_log(name: str, reply: Any) -> None:
+    """The sidecar's warnings of an ingest phase, to stderr as before (the child now collects them)."""
+    if isinstance(reply, dict):
+        for line in reply.get("running", []) + reply.get("stopping", []):
+            print(f"[{name}] {line}", file=sys.stderr)
 
 
 def best_of(phases: list[Phase]) -> list[Phase]:
@@ -479,15 +959,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=1.0, help="uncounted warm-up seconds per phase (default 1)")
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight (default 32)")
     p.add_argument("--max-requests", type=int, default=100_000, help="request bound per phase (default 100000)")
-    p.add_argument("--rounds", type=int, default=1, help="repeat every phase; report the best (default 1)")
+    p.add_argument("--rounds", type=int, default=1, help="repeat every ingest phase; report the best (default 1)")
     p.add_argument("--sample-rate", type=float, default=0.05, help="the trial's sample rate (default 0.05)")
     p.add_argument(
         "--no-unsampled", dest="unsampled", action="store_false",
         help="skip the extra tap phase at sample rate 0",
     )
+    p.add_argument(
+        "--phases", default="ingest,starvation,cpu",
+        help="comma-separated, any of: ingest (tap vs reference), starvation (engine alone vs under flood, ingest "
+        "alone vs beside the busy engine), cpu (CPU per judged case); default all",
+    )
+    p.add_argument("--workers", type=int, default=16, help="engine workers in every sidecar (default 16)")
+    p.add_argument("--queue-size", type=int, default=10_000, help="the tap's intake queue (default 10000)")
+    p.add_argument("--cases", type=int, default=3000, help="exchanges offered in the engine-alone phase (default 3000)")
+    p.add_argument("--engine-timeout", type=float, default=60.0, help="bound on the engine-alone phase (default 60 s)")
+    p.add_argument("--idle", type=float, default=1.0, help="idle baseline before the engine-alone phase (default 1 s)")
+    p.add_argument("--flood-duration", type=float, default=10.0, help="measured seconds of each flood (default 10)")
+    p.add_argument("--flood-rate", type=float, default=0.05, help="the trial's sample rate under flood (default 0.05)")
+    p.add_argument("--poll", type=float, default=0.25, help="admin API poll interval in the new phases (default 0.25 s)")
     args = p.parse_args(argv)
+    args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    if not args.phases or not set(args.phases) <= {"ingest", "starvation", "cpu"}:
+        p.error("--phases takes a comma-separated subset of: ingest, starvation, cpu")
     if not 0.0 <= args.sample_rate <= 1.0 or args.concurrency < 1 or args.duration <= 0 or args.rounds < 1:
         p.error("need 0 <= --sample-rate <= 1, --concurrency >= 1, --duration > 0, --rounds >= 1")
+    if not 0.0 < args.flood_rate <= 1.0 or args.workers < 1 or args.queue_size < 1 or args.cases < 100 or args.poll <= 0:
+        p.error("need 0 < --flood-rate <= 1, --workers >= 1, --queue-size >= 1, --cases >= 100, --poll > 0")
     return asyncio.run(amain(args))
 
 

@@ -71,7 +71,8 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
         "interval_kind": "95% case-cluster bootstrap (2,000 resamples), win-rate scale",
         "small_sample": ev.small_sample,
         "decision_bounds": _interval(ev.sequence),
-        "decision_kind": "anytime-valid 95% confidence sequence (normal mixture), win-rate scale",
+        "decision_kind": "anytime-valid 95% empirical-Bernstein confidence sequence (Howard et al. 2021), win-rate scale",
+        "interval_note": ev.interval_note,
         "tolerance": ev.delta,
         "note": ev.note,
     }

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import sqlite3
 import statistics
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
@@ -79,7 +80,7 @@ class SQLiteStore:
         def connect() -> sqlite3.Connection:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
@@ -425,6 +426,23 @@ class SQLiteStore:
             return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
 
         return await self._run(fn)
+
+
+def _enable_wal(conn: sqlite3.Connection, deadline_s: float = 30.0) -> None:
+    """Switch to WAL. Several processes opening one fresh file at once can get an
+    immediate "database is locked" here (the switch does not wait on the busy
+    handler), so retry, on the store's own thread, until the deadline."""
+    deadline = time.monotonic() + deadline_s
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)  # off the event loop: this runs on the store's thread
+            pause = min(pause * 2, 0.1)
 
 
 def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float, why: str) -> list[str]:
