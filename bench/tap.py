@@ -231,7 +231,8 @@ def run_sidecar(conn: Connection, base_url: str, tmp: str, queue_size: int = 10_
                     store = t.name.startswith("shadowtrial-store")
                     admin_store = store and not any(n.startswith("store:") for n in threads.values())
                     threads[t.native_id] = ("store:admin" if admin_store else "store:engine") if store else t.name
-            conn.send({"tap_url": sc.tap_url, "admin_url": sc.admin_url, "threads": threads})
+            engine_pid = getattr(sc.runtime.engine, "pid", None)  # the engine's own process, by default
+            conn.send({"tap_url": sc.tap_url, "admin_url": sc.admin_url, "threads": threads, "engine_pid": engine_pid})
             await _wait_for_stop(conn)
             when[0] = "stopping"
         conn.send(logged)
@@ -245,20 +246,22 @@ class Child:
     def __init__(self, target: Callable[..., None], *args: Any) -> None:
         ctx = mp.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=target, args=(child_conn, *args), daemon=True)
+        self.proc = ctx.Process(target=target, args=(child_conn, *args))  # not daemonic: the sidecar starts its engine process
         self.proc.start()
         if not self.conn.poll(30):
             self.proc.kill()
             raise RuntimeError(f"{target.__name__} did not start within 30 s")
         self.hello: Any = self.conn.recv()
 
+    @property
+    def engine_pid(self) -> int | None:
+        return self.hello.get("engine_pid") if isinstance(self.hello, dict) else None
+
     def cpu_seconds(self) -> float | None:
-        """user + system CPU time of the child so far, from /proc (None elsewhere)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """user + system CPU time of the child (and of its engine process) so far, from /proc (None elsewhere)."""
+        own = _proc_cpu(self.proc.pid)
+        engine = _proc_cpu(self.engine_pid) if self.engine_pid else 0.0
+        return None if own is None else own + (engine or 0.0)
 
     def thread_cpu(self) -> dict[str, float]:
         """CPU seconds by thread group (``THREAD_GROUPS``), from /proc/<pid>/task; {} elsewhere."""
@@ -275,6 +278,8 @@ class Child:
                 continue
             group = _thread_group(names.get(int(task.name), ""))
             out[group] = out.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if self.engine_pid:
+            out["engine process"] = _proc_cpu(self.engine_pid) or 0.0
         return out
 
     def stop(self) -> Any:
@@ -294,12 +299,26 @@ class Child:
 
 #: How the sidecar's threads are reported: the main loop serves the tap and the admin API;
 #: the engine's loop runs the cases; each store connection (admin's, engine's) has a thread.
-THREAD_GROUPS = ("tap+admin loop", "engine loop", "engine store", "admin store", "other")
+#: With the engine in its own process (the default), all of that process is "engine process".
+THREAD_GROUPS = ("tap+admin loop", "engine loop", "engine store", "admin store", "engine process", "other")
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """user + system CPU seconds of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _engine_side(threads: dict[str, float]) -> float:
+    return threads.get("engine loop", 0.0) + threads.get("engine store", 0.0) + threads.get("engine process", 0.0)
 
 
 def _thread_group(name: str) -> str:
     named = {"MainThread": 0, "shadowtrial-engine": 1, "store:engine": 2, "store:admin": 3}
-    return THREAD_GROUPS[named.get(name, 4)]
+    return THREAD_GROUPS[named.get(name, 5)]
 
 
 # --- load generator -----------------------------------------------------------
@@ -732,7 +751,7 @@ def report_starvation(
         t = w.threads()
         work = []
         if w.judged:
-            work.append(f"engine loop + engine store {_ms((t['engine loop'] + t['engine store']) / w.judged)} per judged case")
+            work.append(f"engine (loop + store, or its process) {_ms(_engine_side(t) / w.judged)} per judged case")
         if p.load is not None and p.exchanges_per_s:
             ingested = p.exchanges_per_s * w.seconds
             work.append(f"tap+admin loop {1e6 * t['tap+admin loop'] / ingested:.1f} µs per exchange")
@@ -772,9 +791,9 @@ def report_starvation(
     if alone and alone.whole is not None:
         cpu_per_case(alone, idle_in)
     print(
-        "notes: the load generator (this process), the sidecar (tap and engine, one process) and the fake provider "
-        f"share this machine's {os.cpu_count()} cores, and other processes run beside them ('others%'); a sidecar "
-        "near 100% (one core: the GIL) is the limit; CPU per case is the steadier figure when the machine is shared."
+        "notes: the load generator (this process), the sidecar (its tap process and, by default, its engine's process; "
+        f"sidecar% counts both) and the fake provider share this machine's {os.cpu_count()} cores, and other processes "
+        "run beside them ('others%'); CPU per case is the steadier figure when the machine is shared."
     )
 
 
@@ -797,7 +816,7 @@ def cpu_per_case(alone: EnginePhase, ingest: EnginePhase | None) -> None:
             per_exchange = ingest_cpu / ingest.window.seconds * ingest.load.seconds / n_ingest
             tap_cpu = per_exchange * alone.offered
     threads = whole.threads()
-    engine_side = threads["engine loop"] + threads["engine store"]
+    engine_side = _engine_side(threads)
     net = raw - idle_cpu - (tap_cpu or 0.0)
     print(
         f"CPU PER CASE   engine alone, {judged} judged in {whole.seconds:.1f} s: raw {_ms(raw / judged)} of sidecar CPU "

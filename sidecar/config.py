@@ -178,6 +178,9 @@ class EngineConfig(_Section, frozen=True):
     refresh_seconds: PositiveFloat = 1.0
     #: How long a case waits for room under the cap that other cases' reservations hold.
     reserve_wait_seconds: NonNegativeFloat = 30.0
+    #: ``process``: the engine runs in a process of its own, so a tap flood cannot take its
+    #: CPU (one GIL each); ``thread``: on a thread of the sidecar's process (tests, tiny hosts).
+    isolation: Literal["process", "thread"] = "process"
 
     def _validate(self) -> None:
         if not _HEADER_NAME.fullmatch(self.shadow_header):

@@ -1,16 +1,18 @@
 """The runtime: every resource of one sidecar process, opened and closed in order.
 
-Held on the aiohttp apps under :data:`RUNTIME` (no module globals). Two event
-loops: the main one runs the tap and the admin API with the admin's store
-connection; the engine runs on its own thread and loop with its own store
-connection and the provider clients (:mod:`sidecar.engine.engine`). Between
-them: the routing table the tap reads, the bounded hand-off the tap offers
-claims to, and the funnel counter.
+Held on the aiohttp apps under :data:`RUNTIME` (no module globals). The main
+event loop runs the tap and the admin API with the admin's store connection.
+The engine (:mod:`sidecar.engine.engine`) runs with its own store connection
+and the provider clients either in a process of its own (``engine.isolation =
+"process"``, the default: :mod:`sidecar.engine.process`) or on a thread and
+loop of this process (``"thread"``). Between them: the routing table the tap
+reads, the bounded hand-off the tap offers claims to, and the funnel counter.
 
 ``start`` opens the admin store, starts the engine (which recovers cases of
-expired owners and loads running trials) and the funnel flush loop; ``stop``
-stops the engine (drain within the deadline, retire what is left), flushes
-the funnel and closes the admin store.
+expired owners and loads running trials), the funnel flush loop and — with the
+engine in its own process — the refresh of the tap's routes; ``stop`` stops the
+engine (drain within the deadline, retire what is left), flushes the funnel
+and closes the admin store.
 """
 
 from __future__ import annotations
@@ -22,24 +24,21 @@ import time
 from collections import Counter
 from typing import Callable, Mapping, Sequence
 
-import httpx
 from aiohttp import web
 
-from policies.money import Price
-from sidecar.config import Config, resolve_model
-from sidecar.engine.engine import SITE, Claim, Engine, EngineSettings
+from sidecar.config import Config
+from sidecar.engine.engine import SITE, Claim, Engine
 from sidecar.engine.handoff import Handoff
+from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver, runnable
+from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
-from sidecar.errors import BadRequest, ConfigError, Conflict, NotFound
+from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
-from sidecar.prices import PriceBook, load_price_map
-from sidecar.providers.base import Provider
-from sidecar.providers.factory import make_provider
 from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
-from sidecar.trials import Resolved, TrialCreate, TrialDefaults, build_trial
+from sidecar.trials import TrialCreate, TrialDefaults, build_trial
 
 log = logging.getLogger("shadowtrial")
 
@@ -67,32 +66,34 @@ class Runtime:
         self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
         self.counters: Counter[str] = Counter()
         self.tap_token: str | None = config.secrets.tap_token
-        self.price_book = self._price_book()
+        self.price_book = price_book(config)
+        self.resolve = resolver(config, self.price_book)
         #: Set (on the main loop) whenever the engine finishes a case.
         self.progress = asyncio.Event()
-        e = config.engine
-        self.engine = Engine(
-            settings=EngineSettings(
-                workers=e.workers,
-                drain_seconds=e.drain_seconds,
-                shadow_header=e.shadow_header,
-                lease_seconds=e.lease_seconds,
-                refresh_seconds=e.refresh_seconds,
-                reserve_wait_seconds=e.reserve_wait_seconds,
-            ),
-            open_store=lambda: make_store(config.store.location),
-            open_providers=self._open_providers,
-            resolve=self.resolve,
-            routing=self.routing,
-            funnel=self.funnel,
-            handoff=self.handoff,
-            hooks=hooks,
-            on_progress=self._progressed,
-            clock=clock,
-        )
+        self.engine: Engine | EngineProcess
+        if config.engine.isolation == "process":
+            self.engine = EngineProcess(
+                config, handoff=self.handoff, funnel=self.funnel, hooks=hooks,
+                on_progress=self._progressed, on_exit=self._engine_exited,
+            )
+        else:
+            self.engine = Engine(
+                settings=engine_settings(config),
+                open_store=lambda: make_store(config.store.location),
+                open_providers=lambda: open_providers(config),
+                resolve=self.resolve,
+                routing=self.routing,
+                funnel=self.funnel,
+                handoff=self.handoff,
+                hooks=hooks,
+                on_progress=self._progressed,
+                clock=clock,
+            )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._flusher: asyncio.Task[None] | None = None
+        self._chores: list[asyncio.Task[None]] = []
         self.ready = False
+        #: What ``/readyz`` says while not ready.
+        self.unready_reason = "starting or stopping"
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -104,15 +105,18 @@ class Runtime:
         except BaseException:
             await self.store.close()
             raise
-        self._flusher = asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")
+        self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
+        if isinstance(self.engine, EngineProcess):
+            await self.refresh_routes()
+            self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
         await self.engine.stop()
-        if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
+        for task in self._chores:
+            task.cancel()
+        await asyncio.gather(*self._chores, return_exceptions=True)
         await self.funnel.flush(self.store)
         await self.store.close()
 
@@ -124,6 +128,26 @@ class Runtime:
             except Exception:
                 log.exception("funnel flush failed; counts kept for the next try")
 
+    async def refresh_routes(self) -> None:
+        """Install the running trials this sidecar can run as the tap's routes (with the
+        engine in its own process; an engine on a thread installs them itself)."""
+        edits = self.routing.edits
+        running = await self.store.list_trials(status="running")
+        self.routing.replace([r for r in running if runnable(r, self.resolve, self.config)], edits_seen=edits)
+
+    async def _route_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.engine.refresh_seconds)
+            try:
+                await self.refresh_routes()
+            except Exception:
+                log.exception("route refresh failed; the tap keeps its routes until the next try")
+
+    def _engine_exited(self) -> None:
+        """The engine's process died: stop reporting ready, so an orchestrator restarts us."""
+        self.ready = False
+        self.unready_reason = "the engine process exited; restart this sidecar"
+
     def _progressed(self) -> None:
         """Called on the engine's thread when a case finished."""
         loop = self._loop
@@ -132,37 +156,7 @@ class Runtime:
 
     async def idle(self) -> None:
         """Wait until nothing is queued for the engine and nothing is in flight."""
-        await self.engine.call(self.engine.wait_idle())
-
-    def _open_providers(self) -> dict[str, Provider]:
-        """Provider clients, created on the engine's loop (which they then belong to)."""
-        return {
-            name: make_provider(
-                p.kind,
-                p.base_url,
-                self.secrets.get(name),
-                timeout=httpx.Timeout(p.timeout_s, connect=p.connect_timeout_s),
-                limits=httpx.Limits(max_connections=p.max_connections, max_keepalive_connections=p.max_connections),
-                deadline_s=p.deadline_s,
-                max_retries=p.max_retries,
-            )
-            for name, p in self.config.providers.items()
-        }
-
-    # -- models --------------------------------------------------------------
-
-    def _price_book(self) -> PriceBook:
-        price_map: dict[str, Price] = {}
-        if self.config.prices.map_file:
-            price_map = load_price_map(self.config.prices.map_file)
-        return self.config.price_book(price_map)
-
-    def resolve(self, name: str) -> Resolved:
-        try:
-            r = resolve_model(self.config, name, self.price_book)
-        except ConfigError as exc:
-            raise LookupError(str(exc)) from exc
-        return Resolved(provider=r.provider_name, upstream=r.upstream_model, price=r.price)
+        await self.engine.idle()
 
     # -- trials --------------------------------------------------------------
 

@@ -40,7 +40,7 @@ def write_config(
     tmp: Path, base_url: str, *, workers: int = 8, queue_size: int = 10_000, drain: float = 5.0,
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
-    refresh_seconds: float | None = None, store_url: str = "",
+    refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
@@ -52,6 +52,9 @@ def write_config(
         tap_extra += f"token_env = \"{tap_token_env}\"\n"
     engine_extra = f"lease_seconds = {lease_seconds}\n" if lease_seconds is not None else ""
     engine_extra += f"refresh_seconds = {refresh_seconds}\n" if refresh_seconds is not None else ""
+    # The engine on a thread: most tests start many sidecars, and a process each costs ~1 s;
+    # tests/sidecar/test_engine_process.py and the fleet test run the default, a process.
+    engine_extra += f'isolation = "{isolation}"\n'
     text = loopback_config(
         base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
         drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, engine_extra=engine_extra, extra=extra,

@@ -123,7 +123,7 @@ async def healthz(_request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     if not rt.ready:
-        return _error(503, "not_ready", "starting or stopping")
+        return _error(503, "not_ready", rt.unready_reason)
     return _json({"status": "ready"})
 
 

@@ -67,6 +67,13 @@ class EngineSettings:
     lease_seconds: float
     refresh_seconds: float
     reserve_wait_seconds: float
+    #: Write the funnel counter to the store from this loop (an engine in its own process,
+    #: whose counts no runtime flushes), every ``FUNNEL_FLUSH_S`` and at the end.
+    flush_funnel: bool = False
+
+
+#: How often pending funnel counts are written to the store.
+FUNNEL_FLUSH_S = 0.5
 
 
 class Engine:
@@ -169,19 +176,22 @@ class Engine:
             loop.create_task(self._every(s.lease_seconds / 3, self._heartbeat), name="shadowtrial-heartbeat"),
             loop.create_task(self._every(s.lease_seconds / 2, self._sweep), name="shadowtrial-sweep"),
         ]
+        if s.flush_funnel:
+            self._chores.append(loop.create_task(self._every(FUNNEL_FLUSH_S, self.flush), name="shadowtrial-flush"))
 
-    async def stop(self) -> None:
+    async def stop(self, drain_seconds: float | None = None) -> None:
+        """Drain within ``drain_seconds`` (default: the settings'), then stop; see the module's docs."""
         if self._loop is None:
             return
         try:
-            await self.call(self._stop())
+            await self.call(self._stop(self.settings.drain_seconds if drain_seconds is None else drain_seconds))
         finally:
             await self._stop_thread()
 
-    async def _stop(self) -> None:
+    async def _stop(self, drain_seconds: float) -> None:
         self.handoff.close()
         try:
-            await asyncio.wait_for(self.wait_idle(), timeout=self.settings.drain_seconds)
+            await asyncio.wait_for(self.wait_idle(), timeout=drain_seconds)
         except asyncio.TimeoutError:
             log.warning("drain deadline passed with %d queued and %d in flight", self.handoff.depth, self.in_flight)
         for task in self._workers + self._chores:
@@ -195,6 +205,8 @@ class Engine:
                 retired = await store.retire(self.owner, self.clock())
                 if retired:
                     log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
+                if self.settings.flush_funnel:
+                    await self.funnel.flush(store)
             finally:
                 for p in self._providers.values():
                     await p.aclose()
@@ -208,6 +220,10 @@ class Engine:
             await asyncio.to_thread(thread.join)
         self._loop = None
         self._thread = None
+
+    async def idle(self) -> None:
+        """From any other loop: until nothing is queued and nothing in flight."""
+        await self.call(self.wait_idle())
 
     async def wait_idle(self) -> None:
         """Until nothing is queued and nothing in flight (on the engine's loop)."""
@@ -282,6 +298,11 @@ class Engine:
                 fresh[record.id] = subject
         self._subjects = fresh
         self.routing.replace([r for r in running if r.id in fresh], edits_seen=edits)
+
+    async def flush(self) -> None:
+        """Write pending funnel counts (on the engine's loop, with its store)."""
+        assert self._store is not None
+        await self.funnel.flush(self._store)
 
     async def _heartbeat(self) -> None:
         assert self._store is not None

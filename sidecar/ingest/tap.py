@@ -28,7 +28,8 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
     """Decode, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
 
     A claim goes to the sink of its trial's pinned execution site; a full sink
-    refuses the newest claims, which are counted ``shed_queue_full``."""
+    refuses the newest claims, which are counted ``shed_queue_full`` (``shed_stopped``
+    once the sink closed: stopping, or its engine's process died)."""
     exchanges = decode_exchanges(body, content_type)
     routes = rt.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
@@ -46,9 +47,10 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
         sink = rt.sinks.get(site)
         taken = sink.offer_many(batch) if sink is not None else 0
         sampled += taken
+        refused = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
         for claim in batch[taken:]:
             shed += 1
-            counts[(claim.trial_id, "shed_queue_full" if sink is not None else "not_at_site")] += 1
+            counts[(claim.trial_id, refused)] += 1
     if counts:
         rt.funnel.add_many(counts)
     rt.counters["exchanges_received"] += len(exchanges)

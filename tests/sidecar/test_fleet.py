@@ -64,7 +64,7 @@ async def test_three_sidecars_share_trials_caps_and_the_case_ledger(
     fake, servers = fake_and_servers
     fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(5.0, 40.0))
     dsn = pg_server.create_database()
-    config = write_config(tmp_path, fake.base_url, workers=8, lease_seconds=LEASE_S, refresh_seconds=0.2, store_url=dsn)
+    config = write_config(tmp_path, fake.base_url, workers=8, lease_seconds=LEASE_S, refresh_seconds=0.2, store_url=dsn, isolation="process")
     clients = [(await start_server(servers, config, tmp_path))[1] for _ in range(3)]
     store = make_store(dsn)
     await store.open()

@@ -253,6 +253,27 @@ async def start_server(servers: list[ServerProcess], config: Path, tmp: Path) ->
     return server, Client(server)
 
 
+def child_pids(pid: int) -> list[int]:
+    """Live processes that ``pid`` spawned with multiprocessing (not its resource tracker), from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 # -- 1. SIGKILL mid-trial, then restart ---------------------------------------------------
 
 
@@ -261,7 +282,7 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
 ) -> None:
     fake, servers = fake_and_servers
     fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(300.0, 600.0))
-    config = write_config(tmp_path, fake.base_url, workers=8, lease_seconds=LEASE_S)
+    config = write_config(tmp_path, fake.base_url, workers=8, lease_seconds=LEASE_S, isolation="process")
     db = tmp_path / "trials.db"
 
     server, client = await start_server(servers, config, tmp_path)
@@ -272,8 +293,17 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
         await wait_in_flight(client, trial_id, judged_too=True)
     finally:
         await client.aclose()
+    assert server.proc is not None
+    engines = child_pids(server.proc.pid)
+    assert len(engines) == 1, f"expected the engine's own process, found {engines}"
     server.signal(signal.SIGKILL)
     assert await server.wait(5.0) == -signal.SIGKILL
+
+    # The engine's process sees its pipe close and exits at once, without a drain.
+    async def engine_gone() -> bool:
+        return not Path(f"/proc/{engines[0]}").exists() or _zombie(engines[0])
+
+    await wait_for(engine_gone, timeout=10, what="the engine process to exit with its sidecar")
 
     # What the store held at the moment of death.
     before = read_cases(db, trial_id)
@@ -359,7 +389,7 @@ async def test_sigterm_drains_in_flight_cases_and_exits_zero(
     fake, servers = fake_and_servers
     fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(150.0, 250.0))
     drain = 5.0
-    config = write_config(tmp_path, fake.base_url, workers=8, drain=drain)
+    config = write_config(tmp_path, fake.base_url, workers=8, drain=drain, isolation="process")
     db = tmp_path / "trials.db"
     sent = 60
 
@@ -399,7 +429,7 @@ async def test_drain_deadline_cuts_stalled_cases_which_exit_marks_indeterminate(
     # The candidate stalls until the fake provider stops: far beyond any drain deadline.
     fake.models[CANDIDATE] = FakeModel(quality=0.6, rate_timeout=1.0)
     drain = 0.5
-    config = write_config(tmp_path, fake.base_url, workers=8, drain=drain, timeout_s=30.0)
+    config = write_config(tmp_path, fake.base_url, workers=8, drain=drain, timeout_s=30.0, isolation="process")
     db = tmp_path / "trials.db"
     sent = 60
 

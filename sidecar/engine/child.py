@@ -1,0 +1,155 @@
+"""The engine's process: :func:`main` is what :class:`~sidecar.engine.process.EngineProcess`
+spawns. It builds the engine from the config alone (its own store connection and
+provider clients), reads claims from the pipe into the engine's hand-off — waiting
+for room, never shedding, so backpressure reaches the tap — and answers the
+control pipe. See :mod:`sidecar.engine.process` for the protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from multiprocessing.connection import Connection
+from typing import Any, Sequence
+
+from sidecar.config import Config
+from sidecar.engine.engine import Claim, Engine
+from sidecar.engine.handoff import Handoff
+from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
+from sidecar.engine.process import decode_claims
+from sidecar.engine.subjects import FinishHook
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.routing import RoutingTable
+from sidecar.store import make_store
+
+log = logging.getLogger("shadowtrial.engine")
+
+#: Batches of room in the engine's own hand-off: enough to keep every worker fed.
+ROOM_PER_WORKER = 4
+#: How often, at most, the engine's process reports its in-flight count.
+STATUS_EVERY_S = 0.02
+
+
+def main(ctl: Connection, claims: Connection, config: Config, hooks: Sequence[FinishHook], level: int) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s")
+    asyncio.run(_Child(ctl, claims, config, tuple(hooks)).run())
+
+
+class _Child:
+    def __init__(self, ctl: Connection, claims: Connection, config: Config, hooks: tuple[FinishHook, ...]) -> None:
+        self.ctl = ctl
+        self.claims = claims
+        self.config = config
+        self.funnel = FunnelCounter()
+        self.handoff: Handoff[Claim] = Handoff(max(64, ROOM_PER_WORKER * config.engine.workers))
+        resolve = resolver(config, price_book(config))
+        self.engine = Engine(
+            settings=engine_settings(config, flush_funnel=True),
+            open_store=lambda: make_store(config.store.location),
+            open_providers=lambda: open_providers(config),
+            resolve=resolve,
+            routing=RoutingTable(),  # the sidecar's process routes; this one only activates subjects
+            funnel=self.funnel,
+            handoff=self.handoff,
+            hooks=hooks,
+            on_progress=self._progress,
+        )
+        self._send_lock = threading.Lock()
+        self._status_due = False
+        self.received = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrived: asyncio.Event | None = None
+        self._ended: asyncio.Event | None = None
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            try:
+                self.ctl.send(msg)
+            except OSError:  # the sidecar's process is gone; the control loop exits on its EOF
+                pass
+
+    def _progress(self) -> None:
+        """On the engine's loop, after each case: report at most every ``STATUS_EVERY_S``
+        (a message per case would cost the engine a tenth of its CPU under load)."""
+        if not self._status_due:
+            self._status_due = True
+            asyncio.get_running_loop().call_later(STATUS_EVERY_S, self._status)
+
+    def _status(self) -> None:
+        self._status_due = False
+        self._send(("status", self.engine.in_flight))
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._arrived = asyncio.Event()
+        self._ended = asyncio.Event()
+        try:
+            await self.engine.start()
+        except Exception as exc:
+            log.exception("the engine could not start")
+            self._send(("failed", f"{type(exc).__name__}: {exc}"))
+            return
+        self._send(("hello", self.engine.owner, list(self.engine.recovered)))
+        threading.Thread(target=self._read, name="shadowtrial-claims", daemon=True).start()
+        while True:
+            try:
+                msg = await asyncio.to_thread(self.ctl.recv)
+            except (EOFError, OSError):
+                # The sidecar's process died: a crash. Leave at once; the lease settles our cases.
+                log.error("the sidecar process is gone; the engine exits without a drain")
+                os._exit(1)
+            if msg[0] == "idle":
+                asyncio.create_task(self._idle(msg[1], msg[2]))
+            elif msg[0] == "stop":
+                await self._stop()
+                self._send(("stopped",))
+                return
+
+    def _read(self) -> None:
+        """Claims from the pipe into the engine's hand-off, waiting for room; after the
+        hand-off closed, the rest are counted ``shed_stopped`` up to the end marker."""
+        loop, arrived, ended = self._loop, self._arrived, self._ended
+        assert loop is not None and arrived is not None and ended is not None
+        while True:
+            try:
+                data = self.claims.recv_bytes()
+            except (EOFError, OSError):
+                break
+            if not data:
+                break
+            batch = decode_claims(data)
+            taken = self.handoff.put_many(batch)
+            for claim in batch[taken:]:
+                self.funnel.add(claim.trial_id, "shed_stopped")
+            self.received += len(batch)
+            loop.call_soon_threadsafe(arrived.set)
+        loop.call_soon_threadsafe(ended.set)
+
+    async def _idle(self, target: int, token: Any) -> None:
+        assert self._arrived is not None
+        while self.received < target:
+            self._arrived.clear()
+            if self.received >= target:
+                break
+            await self._arrived.wait()
+        await self.engine.idle()
+        await self.engine.call(self.engine.flush())
+        self._send(("idle", token, self.engine.in_flight))
+
+    async def _stop(self) -> None:
+        """Drain within ``engine.drain_seconds``: first let what the sidecar had queued arrive
+        (the forwarder ends with the end marker), then stop reading, then stop the engine."""
+        assert self._ended is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.engine.drain_seconds
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout=self.config.engine.drain_seconds)
+        except asyncio.TimeoutError:
+            pass
+        self.handoff.close()  # the reader counts the rest of the pipe shed_stopped, up to the end marker
+        try:
+            await asyncio.wait_for(self._ended.wait(), timeout=30)
+        except asyncio.TimeoutError:
+            log.error("the claim pipe did not end; its unread claims are not counted")
+        await self.engine.stop(drain_seconds=max(0.0, deadline - loop.time()))
