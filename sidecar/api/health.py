@@ -1,32 +1,18 @@
-"""Judge health of a trial, from its stored judgment rows (DESIGN.md section 7)."""
+"""Judge health of a trial as the admin API shows it (DESIGN.md section 7).
+
+The figures are folded into the state kept with the trial by
+:func:`sidecar.fold.fold_trial`, so a flag, once raised, stands across reads
+and restarts; this module only lays them out.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
-from policies.judge_health import SlotJudgment, judge_health
-from sidecar.store.records import JudgmentRow
-
-
-def slot_judgment(row: JudgmentRow) -> SlotJudgment:
-    """A stored judgment in presentation terms (which slot held the candidate, which slot won)."""
-    candidate_slot = "A" if row.order == "candidate_first" else "B"
-    if row.outcome != "verdict":
-        winner = "error"
-    elif row.winner_slot in ("A", "B"):
-        winner = row.winner_slot
-    else:
-        winner = "tie"
-    return SlotJudgment(
-        case_id=row.case_id,
-        candidate_slot=candidate_slot,  # type: ignore[arg-type]
-        winner=winner,  # type: ignore[arg-type]
-        audit=row.is_audit,
-        longer_won=row.longer_won,
-        strong=row.strong,
-    )
+from policies.judge_health import JudgeHealth
 
 
-def judge_health_view(rows: Sequence[JudgmentRow]) -> dict[str, Any]:
-    return dataclasses.asdict(judge_health([slot_judgment(r) for r in rows]))
+def judge_health_view(health: JudgeHealth) -> dict[str, Any]:
+    """Every figure of :class:`~policies.judge_health.JudgeHealth`, ``state`` (what is kept) included."""
+    return dataclasses.asdict(health)

@@ -1,18 +1,21 @@
 """What the admin API shows of a trial: status, funnel, spend, verdict, judge
 health, and the candidate's cost and latency beside the incumbent's.
 
-Read-only assembly of store figures and pure statistics; no decisions here.
+Assembly of store figures and pure statistics; no decisions here. A read folds
+the trial's evidence into the statistics kept with it (:mod:`sidecar.fold`), so
+the verdict and the judge-health flag shown stand on the next read and after a
+restart; that is the one thing a view writes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from policies.bootstrap import bootstrap_identity
-from policies.verdict import Evaluation, evaluate
+from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.errors import NotFound
 from sidecar.api.health import judge_health_view
+from sidecar.fold import fold_trial
 from sidecar.store.records import OUTCOMES, TrialRecord
 from sidecar.runtime import Runtime
 
@@ -71,7 +74,14 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
         "interval_kind": "95% case-cluster bootstrap (2,000 resamples), win-rate scale",
         "small_sample": ev.small_sample,
         "decision_bounds": _interval(ev.sequence),
-        "decision_kind": "anytime-valid 95% empirical-Bernstein confidence sequence (Howard et al. 2021), win-rate scale",
+        "decision_kind": (
+            "running intersection, kept with the trial, of an anytime-valid 95% empirical-Bernstein "
+            "confidence sequence (Howard et al. 2021) over every look; win-rate scale"
+        ),
+        "decision_bounds_now": _interval(ev.sequence_now),
+        "decided_at": ev.sequence_state.decided_at,
+        "contradicted": ev.contradicted,
+        "restarts": ev.sequence_state.restarts,
         "interval_note": ev.interval_note,
         "tolerance": ev.delta,
         "note": ev.note,
@@ -79,17 +89,8 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
 
 
 async def evaluation(rt: Runtime, r: TrialRecord) -> Evaluation:
-    return evaluate_counts(r, await rt.store.score_counts(r.id))
-
-
-def evaluate_counts(r: TrialRecord, counts: dict[float, int]) -> Evaluation:
-    return evaluate(
-        counts,
-        identity=bootstrap_identity(r.id, r.judge_version_id),
-        expected_cases=r.expected_cases,
-        delta=r.delta,
-        min_cases=r.min_cases,
-    )
+    """The verdict of ``r`` now, folded into (and kept with) the trial's running intersection."""
+    return (await fold_trial(rt.store, r, await rt.store.score_counts(r.id))).evaluation
 
 
 def funnel_view(funnel: dict[str, int], states: dict[str, int]) -> dict[str, Any]:
@@ -109,7 +110,8 @@ async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
     for outcome, n in pending.items():
         funnel[outcome] = funnel.get(outcome, 0) + n
     r = snap.record
-    ev = evaluate_counts(r, snap.score_counts)
+    folded = await fold_trial(rt.store, r, snap.score_counts, snap.judgments)
+    ev, health = folded.evaluation, folded.health
     out = summary(r)
     out.update(
         {
@@ -120,7 +122,7 @@ async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
             "funnel": funnel_view(funnel, snap.case_states),
             "spend": spend_view(r),
             "verdict": verdict_view(r, ev),
-            "judge_health": judge_health_view(snap.judgments),
+            "judge_health": None if health is None else judge_health_view(health),
             "paired": snap.paired,
         }
     )

@@ -35,6 +35,7 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    KeptState,
     LedgerEntry,
     LedgerKind,
     OutboxRecord,
@@ -63,6 +64,22 @@ class TrialStore(Protocol):
     ) -> tuple[TrialRecord | None, bool]:
         """Conditional: changes nothing when the trial already has ``status``.
         Returns (record after, changed); (None, False) for an unknown trial."""
+        ...
+
+    async def save_states(
+        self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
+    ) -> TrialRecord | None:
+        """Keep the statistics folded on a read (see :class:`~sidecar.store.records.KeptState`), in one transaction.
+
+        Each state is a conditional update of its own: it replaces the stored
+        one only if that is still the text the caller folded from *and* was
+        folded over no more cases. So a state folded over more cases is never
+        replaced by one folded over fewer, and a writer that read before
+        another writer's save cannot drop the looks that writer folded in (two
+        admin reads at once, the engine and a read, or two sidecars of a fleet).
+        ``None`` leaves that state as it is. Returns the record after the
+        update, whose states are what is kept now (a caller whose state was
+        refused folds again from those); None for an unknown trial."""
         ...
 
 

@@ -41,6 +41,7 @@ from sidecar.store.records import (
     CaseStart,
     ClaimOutcome,
     JudgmentRow,
+    KeptState,
     LedgerEntry,
     LedgerKind,
     OutboxRecord,
@@ -169,6 +170,28 @@ class PostgresStore:
                 return _trial(row), True
             row = await conn.fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
             return (None if row is None else _trial(row)), False
+
+        return await self._tx(fn)
+
+    async def save_states(
+        self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
+    ) -> TrialRecord | None:
+        """Each state a compare-and-set on its text that never lowers its count. The
+        trial row's lock serialises writers: one that waited re-checks the condition
+        on the committed row (READ COMMITTED), so of two racing from one text only
+        the first is kept."""
+
+        async def fn(conn: Conn) -> TrialRecord | None:
+            for column, state in (("sequence", sequence), ("judge_health", judge_health)):
+                if state is not None:
+                    await conn.execute(
+                        f"UPDATE trials SET {column}_state=$2, {column}_n=$3 WHERE id=$1 "
+                        f"AND {column}_state IS NOT DISTINCT FROM $4::text "
+                        f"AND ({column}_n IS NULL OR {column}_n <= $3)",
+                        trial_id, state.text, state.n, state.folded_from,
+                    )
+            row = await conn.fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
+            return None if row is None else _trial(row)
 
         return await self._tx(fn)
 

@@ -77,6 +77,28 @@ class TrialRecord:
     reserved_micros: int = 0
     unknown_calls: int = 0
     priced_calls: int = 0
+    #: The statistics kept with the trial between reads, as JSON text (None until the first
+    #: read): :class:`policies.sequence.SequenceState`, the verdict's running intersection, and
+    #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.fold` folds them and
+    #: ``save_states`` keeps them; the store never reads inside them.
+    sequence_state: str | None = None
+    judge_health_state: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeptState:
+    """A state to keep with a trial (``TrialStore.save_states``): compare-and-set, never backwards.
+
+    ``text`` is the new state's JSON, folded over ``n`` (cases for the sequence,
+    decisive judgments for judge health) from ``folded_from``: the stored text
+    the caller read and folded into (None: nothing was stored). The store keeps
+    ``text`` only if the stored text is still ``folded_from`` and the stored
+    count is not above ``n``.
+    """
+
+    text: str
+    n: int
+    folded_from: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,4 +151,13 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT RAISE(ABORT, 'spend cap would be passed');
     END;
     """,
+    # 3: the statistics a trial keeps between reads (sidecar/fold.py): the verdict's running
+    # intersection and the judge-health test, as JSON text, each with the count it was folded
+    # over, which the conditional update in save_states compares
+    """
+    ALTER TABLE trials ADD COLUMN sequence_state TEXT;
+    ALTER TABLE trials ADD COLUMN sequence_n INTEGER;
+    ALTER TABLE trials ADD COLUMN judge_health_state TEXT;
+    ALTER TABLE trials ADD COLUMN judge_health_n INTEGER;
+    """,
 )

@@ -144,6 +144,14 @@ MIGRATIONS: tuple[str, ...] = (
         created_at DOUBLE PRECISION NOT NULL
     );
     """,
+    # 2: the statistics a trial keeps between reads (sidecar/fold.py), as in SQLite's migration 3
+    """
+    ALTER TABLE trials
+        ADD COLUMN sequence_state TEXT,
+        ADD COLUMN sequence_n BIGINT,
+        ADD COLUMN judge_health_state TEXT,
+        ADD COLUMN judge_health_n BIGINT;
+    """,
 )
 
 

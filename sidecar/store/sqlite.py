@@ -24,6 +24,7 @@ from sidecar.store.records import (
     CaseStart,
     ClaimOutcome,
     JudgmentRow,
+    KeptState,
     LedgerEntry,
     LedgerKind,
     OutboxRecord,
@@ -174,6 +175,24 @@ class SQLiteStore:
             )
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
             return (None if row is None else _trial(row)), cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def save_states(
+        self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
+    ) -> TrialRecord | None:
+        """Each state a compare-and-set on its text that never lowers its count, under the write lock."""
+
+        def fn(conn: sqlite3.Connection) -> TrialRecord | None:
+            for column, state in (("sequence", sequence), ("judge_health", judge_health)):
+                if state is not None:
+                    conn.execute(
+                        f"UPDATE trials SET {column}_state=?, {column}_n=? WHERE id=? AND {column}_state IS ? "
+                        f"AND ({column}_n IS NULL OR {column}_n <= ?)",
+                        (state.text, state.n, trial_id, state.folded_from, state.n),
+                    )
+            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
+            return None if row is None else _trial(row)
 
         return await self._write(fn)
 

@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.store import Store
 from sidecar.store.errors import IdempotencyConflict
+from sidecar.store.records import KeptState
 from tests.store.factories import effect, finish, judgment, replay, start, trial
 
 # -- trials --------------------------------------------------------------------
@@ -74,6 +75,66 @@ async def test_set_trial_status_is_conditional(store: Store) -> None:
     record, changed = await store.set_trial_status("t1", "cap_reached", "later", ended=True, now=9.0)
     assert changed and record is not None and record.ended_at == 7.0, "ended_at keeps the first end"
     assert await store.set_trial_status("nope", "stopped", None, ended=True, now=1.0) == (None, False)
+
+
+# -- kept states (the statistics a read folds, sidecar/fold.py) ---------------------
+
+
+async def test_kept_states_start_empty_and_round_trip_on_every_read(store: Store) -> None:
+    await store.create_trial(trial("t1"))
+    got = await store.get_trial("t1")
+    assert got is not None and (got.sequence_state, got.judge_health_state) == (None, None)
+    after = await store.save_states(
+        "t1", sequence=KeptState('{"n":3}', 3, None), judge_health=KeptState('{"decisive":2}', 2, None)
+    )
+    assert after is not None and (after.sequence_state, after.judge_health_state) == ('{"n":3}', '{"decisive":2}')
+    assert await store.get_trial("t1") == after
+    assert (await store.list_trials())[0] == after
+    snap = await store.snapshot("t1")
+    assert snap is not None and snap.record == after
+    # None leaves a state alone; the other is still conditional on its own.
+    after = await store.save_states("t1", judge_health=KeptState('{"decisive":5}', 5, '{"decisive":2}'))
+    assert after is not None and (after.sequence_state, after.judge_health_state) == ('{"n":3}', '{"decisive":5}')
+    assert await store.save_states("t1") == after
+    assert await store.save_states("nope", sequence=KeptState("{}", 1, None)) is None
+
+
+async def test_a_kept_state_is_replaced_only_from_the_text_it_was_folded_from(store: Store) -> None:
+    """Two readers fold from one stored state: the second save is refused even
+    with more cases, so it cannot drop a decision the first one's look reached."""
+    await store.create_trial(trial("t1"))
+    first = await store.save_states("t1", sequence=KeptState("A10", 10, None))
+    assert first is not None and first.sequence_state == "A10"
+    second = await store.save_states("t1", sequence=KeptState("B12", 12, None))
+    assert second is not None and second.sequence_state == "A10", "folded from a state replaced since: refused"
+    third = await store.save_states("t1", sequence=KeptState("B12", 12, "A10"))
+    assert third is not None and third.sequence_state == "B12"
+    # In one call each state is its own conditional update.
+    mixed = await store.save_states("t1", sequence=KeptState("C13", 13, "stale"), judge_health=KeptState("H1", 1, None))
+    assert mixed is not None and (mixed.sequence_state, mixed.judge_health_state) == ("B12", "H1")
+
+
+async def test_a_kept_state_is_never_replaced_by_one_folded_over_fewer_cases(store: Store) -> None:
+    await store.create_trial(trial("t1"))
+    await store.save_states("t1", sequence=KeptState("n10", 10, None), judge_health=KeptState("d7", 7, None))
+    fewer = await store.save_states("t1", sequence=KeptState("n9", 9, "n10"), judge_health=KeptState("d6", 6, "d7"))
+    assert fewer is not None and (fewer.sequence_state, fewer.judge_health_state) == ("n10", "d7")
+    # The same count may replace it: a stale look folded in tightens the state without adding cases.
+    same = await store.save_states("t1", sequence=KeptState("n10b", 10, "n10"))
+    assert same is not None and same.sequence_state == "n10b"
+    more = await store.save_states("t1", sequence=KeptState("n11", 11, "n10b"), judge_health=KeptState("d8", 8, "d7"))
+    assert more is not None and (more.sequence_state, more.judge_health_state) == ("n11", "d8")
+
+
+async def test_kept_states_survive_the_case_ledger_and_status_changes(store: Store) -> None:
+    await store.create_trial(trial("t1"))
+    await store.save_states("t1", sequence=KeptState("s", 1, None), judge_health=KeptState("h", 1, None))
+    await store.claim_case(start("c1"))
+    await store.reserve("t1", "c1", 10, kind="reserve", at=1.0)
+    await store.finish_case(finish("c1", charged=5), "A")
+    record, changed = await store.set_trial_status("t1", "stopped", "operator", ended=True, now=2.0)
+    assert changed and record is not None
+    assert (record.sequence_state, record.judge_health_state, record.spent_micros) == ("s", "h", 5)
 
 
 # -- claims and reservations -----------------------------------------------------
@@ -352,6 +413,11 @@ async def test_ledger_is_per_trial_in_commit_order(store: Store) -> None:
 
 async def test_reopening_the_same_database_keeps_everything(store: Store) -> None:
     await store.create_trial(trial("t1"))
+    kept = await store.save_states("t1", sequence=KeptState("s", 4, None), judge_health=KeptState("h", 3, None))
     await store.close()
     await store.open()
-    assert await store.get_trial("t1") == trial("t1")
+    assert await store.get_trial("t1") == kept
+    assert kept is not None and kept == trial("t1", sequence_state="s", judge_health_state="h")
+    # The counts the conditional update compares survive too.
+    refused = await store.save_states("t1", sequence=KeptState("s3", 3, "s"))
+    assert refused is not None and refused.sequence_state == "s"

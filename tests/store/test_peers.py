@@ -6,10 +6,12 @@ on one row, and the cap under concurrent reserve/finish cycles.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter
 
 from sidecar.store import Store
+from sidecar.store.records import KeptState
 from tests.store.conftest import OpenStore
 from tests.store.factories import effect, finish, replay, start, trial
 
@@ -241,3 +243,56 @@ async def test_instances_opening_a_fresh_database_at_once_all_succeed(stores: Op
     await opened[0].create_trial(trial("t1"))
     for s in opened:
         assert [t.id for t in await s.list_trials()] == ["t1"]
+
+
+# -- kept states ------------------------------------------------------------------
+
+
+async def test_of_state_writers_racing_from_one_read_exactly_one_is_kept(store: Store, peer: Store) -> None:
+    """Eight writers that all read "nothing stored" save at once, with different
+    counts: the first to commit is kept whole (both of its states), the rest
+    are refused, whatever their counts."""
+    await store.create_trial(trial("t1"))
+    writers = [(store, peer)[i % 2] for i in range(8)]
+    await asyncio.gather(*(
+        s.save_states("t1", sequence=KeptState(f"w{i}", 10 + i, None), judge_health=KeptState(f"w{i}", i, None))
+        for i, s in enumerate(writers)
+    ))
+    got = await store.get_trial("t1")
+    assert got is not None
+    assert got.sequence_state in {f"w{i}" for i in range(8)}
+    assert got.judge_health_state == got.sequence_state
+
+
+async def test_racing_folds_lose_no_look_and_never_lower_the_count(store: Store, peer: Store) -> None:
+    """Writers on two instances each fold their looks into the stored state the
+    way sidecar/fold.py does (read, fold, compare-and-set, fold again when
+    refused): every look ends up in the state, and the count each writer reads
+    never falls."""
+    await store.create_trial(trial("t1"))
+    seen: dict[str, list[int]] = {}
+
+    async def writer(s: Store, name: str, looks: range) -> None:
+        for n in looks:
+            while True:
+                record = await s.get_trial("t1")
+                assert record is not None
+                old = record.sequence_state
+                state = json.loads(old) if old else {"n": 0, "looks": []}
+                seen.setdefault(name, []).append(state["n"])
+                new = {"n": max(state["n"], n), "looks": sorted([*state["looks"], f"{name}{n}"])}
+                text = json.dumps(new, sort_keys=True)
+                after = await s.save_states("t1", sequence=KeptState(text, new["n"], old))
+                assert after is not None
+                if after.sequence_state == text:
+                    break
+
+    plans = [(store, "a", range(1, 40, 3)), (peer, "b", range(2, 40, 3)), (peer, "c", range(3, 40, 3))]
+    await asyncio.gather(*(writer(*p) for p in plans))
+    got = await store.get_trial("t1")
+    assert got is not None and got.sequence_state is not None
+    final = json.loads(got.sequence_state)
+    assert final["n"] == 39
+    assert final["looks"] == sorted(f"{name}{n}" for _, name, looks in plans for n in looks)
+    for name, counts in seen.items():
+        assert counts == sorted(counts), f"writer {name} read a count that fell: {counts}"

@@ -1,0 +1,115 @@
+"""A database written by the previous release opens and migrates, on every backend.
+
+The database is built with the migrations before the one that added the kept
+states (SQLite's 3, PostgreSQL's 2) and holds a trial; opening the store
+applies what is missing, and the trial reads back whole, with no kept state yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+
+import asyncpg
+
+from sidecar.store import make_store, schema, schema_pg
+from sidecar.store.records import KeptState, TrialRecord
+from tests.store.conftest import Backend
+from tests.store.factories import trial
+
+NEW_FIELDS = ("sequence_state", "judge_health_state")
+
+
+def _before_kept_states(migrations: tuple[str, ...]) -> int:
+    """The schema version just before the migration that added the kept states."""
+    return next(i for i, script in enumerate(migrations) if "sequence_state" in script)
+
+
+def _old_row(record: TrialRecord) -> dict[str, object]:
+    values = dataclasses.asdict(record)
+    for name in NEW_FIELDS:
+        del values[name]
+    return values
+
+
+def _build_sqlite(path: str, record: TrialRecord) -> int:
+    version = _before_kept_states(schema.MIGRATIONS)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for script in schema.MIGRATIONS[:version]:
+            for statement in schema.statements(script):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={version}")
+        values = _old_row(record)
+        values["prompt_retention"] = int(record.prompt_retention)
+        conn.execute(
+            f"INSERT INTO trials ({', '.join(values)}) VALUES ({', '.join('?' for _ in values)})",
+            tuple(values.values()),
+        )
+    finally:
+        conn.close()
+    return version
+
+
+async def _build_postgres(dsn: str, record: TrialRecord) -> int:
+    version = _before_kept_states(schema_pg.MIGRATIONS)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "CREATE TABLE shadowtrial_schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        for number, script in enumerate(schema_pg.MIGRATIONS[:version], start=1):
+            await conn.execute(script)
+            await conn.execute("INSERT INTO shadowtrial_schema_version VALUES ($1, 0)", number)
+        values = _old_row(record)
+        marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+        await conn.execute(f"INSERT INTO trials ({', '.join(values)}) VALUES ({marks})", *values.values())
+    finally:
+        await conn.close()
+    return version
+
+
+async def _version(backend: Backend) -> int:
+    if backend.kind == "sqlite":
+        conn = sqlite3.connect(backend.url)
+        try:
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+            return version
+        finally:
+            conn.close()
+    pg = await asyncpg.connect(backend.url)
+    try:
+        return int(await pg.fetchval("SELECT MAX(version) FROM shadowtrial_schema_version"))
+    finally:
+        await pg.close()
+
+
+async def test_a_database_from_before_the_kept_states_opens_and_migrates(backend: Backend) -> None:
+    record = trial("t1", route="/chat", prompt_retention=False)
+    if backend.kind == "sqlite":
+        before, latest = _build_sqlite(backend.url, record), len(schema.MIGRATIONS)
+    else:
+        before, latest = await _build_postgres(backend.url, record), len(schema_pg.MIGRATIONS)
+    assert await _version(backend) == before < latest
+
+    store = make_store(backend.url)
+    await store.open()
+    try:
+        assert await _version(backend) == latest
+        got = await store.get_trial("t1")
+        assert got == record and got is not None and (got.sequence_state, got.judge_health_state) == (None, None)
+        kept = await store.save_states("t1", sequence=KeptState('{"n":1}', 1, None))
+        assert kept is not None and kept.sequence_state == '{"n":1}'
+        # The figures the case ledger writes are untouched by the migration.
+        snap = await store.snapshot("t1")
+        assert snap is not None and snap.record == kept and snap.funnel == {}
+    finally:
+        await store.close()
+    # Opening again applies nothing more.
+    again = make_store(backend.url)
+    await again.open()
+    try:
+        assert await _version(backend) == latest
+        assert await again.get_trial("t1") == kept
+    finally:
+        await again.close()
