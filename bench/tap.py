@@ -633,7 +633,25 @@ class EnginePhase:
 
 
 def _fresh_sidecar(fake: Child, tmp: str, args: argparse.Namespace, queue_size: int) -> Child:
-    return Child(run_sidecar, fake.hello, tmp, queue_size, args.workers)
+    sc = Child(run_sidecar, fake.hello, tmp, queue_size, args.workers)
+    if args.pin:
+        pin(sc.proc.pid, TAP_CPU)
+        if sc.engine_pid:
+            pin(sc.engine_pid, ENGINE_CPU)
+    return sc
+
+
+#: ``--pin``: the load generator and the tap share one core, the engine and the fake provider the other.
+TAP_CPU, ENGINE_CPU = 0, 1
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Pin every thread of ``pid`` (threads started later inherit it from their creator)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), {cpu})
+        except OSError:  # the thread ended meanwhile
+            pass
 
 
 async def engine_alone(fake: Child, args: argparse.Namespace) -> EnginePhase:
@@ -911,6 +929,9 @@ def report(
 
 async def amain(args: argparse.Namespace) -> int:
     fake = Child(run_fake_provider)
+    if args.pin:
+        pin(os.getpid(), TAP_CPU)
+        pin(fake.proc.pid, ENGINE_CPU)
     phases: list[Phase] = []
     engine_phases: dict[str, EnginePhase] = {}
     taps = [("tap", args.sample_rate)] + ([("tap r=0", 0.0)] if args.unsampled else [])
@@ -997,6 +1018,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flood-duration", type=float, default=10.0, help="measured seconds of each flood (default 10)")
     p.add_argument("--flood-rate", type=float, default=0.05, help="the trial's sample rate under flood (default 0.05)")
     p.add_argument("--poll", type=float, default=0.25, help="admin API poll interval in the new phases (default 0.25 s)")
+    p.add_argument(
+        "--pin", action="store_true",
+        help="pin the load generator and the tap to CPU 0, the engine's process and the fake provider to CPU 1: "
+        "on a 2-core machine, the starvation ratios then show the design, not the two sides' competition for cores",
+    )
     args = p.parse_args(argv)
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not args.phases or not set(args.phases) <= {"ingest", "starvation", "cpu"}:
