@@ -146,6 +146,11 @@ class StoreConfig(_Section, frozen=True):
 
     path: str = "shadowtrial.db"
     url: str = ""
+    #: The intake journal (sampled cases not yet claimed, kept across a crash): a directory
+    #: this sidecar alone uses. Default: beside the SQLite file (``<path>.intake``); with a
+    #: PostgreSQL ``url`` there is no default — set one per replica, or queued cases are
+    #: not kept across a crash (a warning says so at start).
+    journal_dir: str = ""
 
     def _validate(self) -> None:
         if not self.path:
@@ -157,6 +162,15 @@ class StoreConfig(_Section, frozen=True):
     def location(self) -> str:
         """What :func:`sidecar.store.make_store` opens."""
         return self.url or self.path
+
+    @property
+    def intake_dir(self) -> str | None:
+        """Where the intake journal lives, or None (a fleet store with no ``journal_dir``)."""
+        if self.journal_dir:
+            return self.journal_dir
+        if self.url.startswith(("postgresql://", "postgres://")):
+            return None
+        return (self.url.removeprefix("sqlite://") or self.path) + ".intake"
 
 
 class EngineConfig(_Section, frozen=True):

@@ -34,6 +34,7 @@ from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.journal import Journal
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
 from sidecar.store.base import Store
@@ -91,6 +92,9 @@ class Runtime:
             )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._chores: list[asyncio.Task[None]] = []
+        intake = config.store.intake_dir
+        #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`).
+        self.journal: Journal | None = Journal(intake) if intake else None
         self.ready = False
         #: What ``/readyz`` says while not ready.
         self.unready_reason = "starting or stopping"
@@ -105,6 +109,12 @@ class Runtime:
         except BaseException:
             await self.store.close()
             raise
+        try:
+            self._replay()
+        except BaseException:
+            await self.engine.stop()
+            await self.store.close()
+            raise
         self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
@@ -117,8 +127,38 @@ class Runtime:
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)
-        await self.funnel.flush(self.store)
-        await self.store.close()
+        try:
+            await self.funnel.flush(self.store)
+            flushed = True
+        except Exception:
+            log.exception("the last funnel counts could not be written")
+            flushed = False
+        finally:
+            await self.store.close()
+        if self.journal is not None:
+            self.journal.close(keep=self._uncertain() if flushed else None)
+
+    def _uncertain(self) -> list[Claim] | None:
+        """After a stop: the claims whose fate the store may not hold, or None when even the
+        engine's last counts are in doubt (then the journal keeps everything)."""
+        if isinstance(self.engine, EngineProcess):
+            return self.engine.uncertain if self.engine.stopped_clean else None
+        return self.engine.watermark.uncertain()
+
+    def _replay(self) -> None:
+        """Open the intake journal and offer again what a previous life had not finished."""
+        if self.journal is None:
+            log.warning("no intake journal (store.journal_dir is unset for a PostgreSQL store): "
+                        "cases queued at a crash are not kept")
+            return
+        left = self.journal.open()
+        if left:
+            numbered = self.journal.number(left)
+            taken = self.handoff.offer_many(numbered)
+            self.journal.write(numbered[:taken])
+            for claim in numbered[taken:]:
+                self.funnel.add(claim.trial_id, "shed_queue_full")
+        self.journal.forget_previous()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -127,6 +167,8 @@ class Runtime:
                 await self.funnel.flush(self.store)
             except Exception:
                 log.exception("funnel flush failed; counts kept for the next try")
+            if self.journal is not None:
+                self.journal.prune(self.engine.done_through)
 
     async def refresh_routes(self) -> None:
         """Install the running trials this sidecar can run as the tap's routes (with the

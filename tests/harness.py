@@ -40,7 +40,7 @@ def write_config(
     tmp: Path, base_url: str, *, workers: int = 8, queue_size: int = 10_000, drain: float = 5.0,
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
-    refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread",
+    refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread", journal_dir: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
@@ -61,6 +61,8 @@ def write_config(
     )
     if store_url:
         text = text.replace("[store]\n", f'[store]\nurl = "{store_url}"\n', 1)
+    if journal_dir:
+        text = text.replace("[store]\n", f'[store]\njournal_dir = "{journal_dir}"\n', 1)
     path.write_text(text)
     return path
 

@@ -164,6 +164,24 @@ class CaseRunner:
                 self._room.notify_all()
         return finish.outcome
 
+    async def record_unrun(self, subject: Subject, exchange_id: str) -> str:
+        """A case sampled before a crash whose content was not kept (retention off): it cannot
+        run, so it is claimed and finished ``shed_stopped`` — or, if the previous life had
+        claimed it, recognised as the same case and left alone."""
+        start = CaseStart(
+            case_id=case_id_for(subject.id, exchange_id), trial_id=subject.id, exchange_id=exchange_id,
+            owner=self.owner, incumbent_latency_ms=None, incumbent_output_tokens=None,
+            incumbent_cost_micros=0, incumbent_cost_coverage="unknown", created_at=self.clock(),
+        )
+        claimed = await self.store.claim_case(start)
+        if claimed in ("duplicate", "not_running"):
+            return claimed
+        case = _Case(subject, start.case_id)
+        finish = self._finish(case, "shed_stopped", error="the sidecar stopped before it ran; its content was not kept")
+        finish = _with_effects(finish, tuple(e for hook in self.hooks for e in hook(subject, finish)))
+        await self.store.finish_case(finish, self.owner)
+        return finish.outcome
+
     # -- steps ---------------------------------------------------------------
 
     def _prepare(self, subject: Subject, exchange: Exchange) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart]:

@@ -17,7 +17,7 @@ from sidecar.config import Config
 from sidecar.engine.engine import Claim, Engine
 from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
-from sidecar.engine.process import decode_claims
+from sidecar.engine.process import decode_claims, encode_claims
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
@@ -54,6 +54,7 @@ class _Child:
             handoff=self.handoff,
             hooks=hooks,
             on_progress=self._progress,
+            on_done=lambda done_through: self._send(("done", done_through)),
         )
         self._send_lock = threading.Lock()
         self._status_due = False
@@ -103,7 +104,7 @@ class _Child:
                 asyncio.create_task(self._idle(msg[1], msg[2]))
             elif msg[0] == "stop":
                 await self._stop()
-                self._send(("stopped",))
+                self._send(("stopped", encode_claims(self.engine.watermark.uncertain())))
                 return
 
     def _read(self) -> None:
@@ -122,6 +123,7 @@ class _Child:
             taken = self.handoff.put_many(batch)
             for claim in batch[taken:]:
                 self.funnel.add(claim.trial_id, "shed_stopped")
+                self.engine.watermark.finished(claim)
             self.received += len(batch)
             loop.call_soon_threadsafe(arrived.set)
         loop.call_soon_threadsafe(ended.set)

@@ -57,6 +57,11 @@ class Claim:
 
     trial_id: str
     exchange: Exchange
+    #: Its number in the intake journal (:mod:`sidecar.ingest.journal`); 0 when not journaled.
+    seq: int = 0
+    #: False for a claim carried over a crash for a retention-off team, whose content the
+    #: journal did not keep: it cannot run, so it is recorded ``shed_stopped`` (once).
+    content_kept: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +94,11 @@ class Engine:
         handoff: Handoff[Claim],
         hooks: Sequence[FinishHook] = (),
         on_progress: Callable[[], None] = lambda: None,
+        on_done: Callable[[int], None] = lambda done_through: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        from sidecar.engine.watermark import Watermark
+
         self.settings = settings
         self._open_store = open_store
         self._open_providers = open_providers
@@ -100,7 +108,10 @@ class Engine:
         self.handoff = handoff
         self.hooks = tuple(hooks)
         self.on_progress = on_progress
+        self.on_done = on_done
         self.clock = clock
+        #: Which journaled claims are done (:mod:`sidecar.engine.watermark`).
+        self.watermark = Watermark()
         #: This process in the fleet's case ledger.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.in_flight = 0
@@ -176,8 +187,7 @@ class Engine:
             loop.create_task(self._every(s.lease_seconds / 3, self._heartbeat), name="shadowtrial-heartbeat"),
             loop.create_task(self._every(s.lease_seconds / 2, self._sweep), name="shadowtrial-sweep"),
         ]
-        if s.flush_funnel:
-            self._chores.append(loop.create_task(self._every(FUNNEL_FLUSH_S, self.flush), name="shadowtrial-flush"))
+        self._chores.append(loop.create_task(self._every(FUNNEL_FLUSH_S, self._account), name="shadowtrial-account"))
 
     async def stop(self, drain_seconds: float | None = None) -> None:
         """Drain within ``drain_seconds`` (default: the settings'), then stop; see the module's docs."""
@@ -199,6 +209,7 @@ class Engine:
         await asyncio.gather(*self._workers, *self._chores, return_exceptions=True)
         for claim in self.handoff.drain_remaining():
             self.funnel.add(claim.trial_id, "shed_stopped")
+            self.watermark.finished(claim)
         store = self._store
         if store is not None:
             try:
@@ -239,8 +250,10 @@ class Engine:
         while True:
             claim = await self.handoff.take()
             self.in_flight += 1
+            self.watermark.taken(claim)
             try:
                 await self._run(claim)
+                self.watermark.finished(claim)  # not when cancelled: then it is uncertain
             finally:
                 self.in_flight -= 1
                 self._idle.set()
@@ -256,7 +269,10 @@ class Engine:
             self.funnel.add(claim.trial_id, "not_at_site")
             return
         try:
-            await self._runner.run(subject, claim.exchange)
+            if claim.content_kept:
+                await self._runner.run(subject, claim.exchange)
+            else:
+                await self._runner.record_unrun(subject, claim.exchange.exchange_id)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -304,6 +320,15 @@ class Engine:
         assert self._store is not None
         await self.funnel.flush(self._store)
 
+    async def _account(self) -> None:
+        """Note which journaled claims are done; write the funnel counts when this engine owns
+        them (its own process); publish ``done_through`` once the counts behind it are stored."""
+        self.watermark.mark(self.handoff.oldest_seq(), self.funnel.epoch)
+        if self.settings.flush_funnel:
+            await self.flush()
+        if self.watermark.publish(self.funnel.committed_epoch):
+            self.on_done(self.watermark.done_through)
+
     async def _heartbeat(self) -> None:
         assert self._store is not None
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=self.settings.lease_seconds)
@@ -324,6 +349,10 @@ class Engine:
                 raise
             except Exception:
                 log.exception("engine chore %s failed; it runs again next interval", getattr(chore, "__name__", chore))
+
+    @property
+    def done_through(self) -> int:
+        return self.watermark.done_through
 
     @property
     def subjects(self) -> Mapping[str, Subject]:

@@ -125,6 +125,11 @@ class Handoff(Generic[T]):
     def depth(self) -> int:
         return len(self._items)
 
+    def oldest_seq(self) -> int | None:
+        """The journal number of the oldest queued item (items with a ``seq``), or None."""
+        with self._lock:
+            return getattr(self._items[0], "seq", None) if self._items else None
+
     @property
     def closed(self) -> bool:
         return self._closed

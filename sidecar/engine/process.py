@@ -51,17 +51,17 @@ BATCH = 64
 START_TIMEOUT_S = 60.0
 
 ENCODER = msgspec.msgpack.Encoder()
-DECODER = msgspec.msgpack.Decoder(list[tuple[str, Exchange]])
+DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]])
 #: The forwarder's last message: everything queued has been sent.
 END = b""
 
 
 def encode_claims(claims: Sequence[Claim]) -> bytes:
-    return ENCODER.encode([(c.trial_id, c.exchange) for c in claims])
+    return ENCODER.encode([(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims])
 
 
 def decode_claims(data: bytes) -> list[Claim]:
-    return [Claim(t, ex) for t, ex in DECODER.decode(data)]
+    return [Claim(t, ex, seq, kept) for seq, t, ex, kept in DECODER.decode(data)]
 
 
 class EngineStartError(RuntimeError):
@@ -92,6 +92,11 @@ class EngineProcess:
         self.recovered: list[str] = []
         #: As the engine's process last reported them.
         self.in_flight = 0
+        self.done_through = 0
+        #: After a stop: claims the engine's process had in hand when its drain deadline
+        #: passed, and whether its last counts reached the store (see :mod:`sidecar.engine.watermark`).
+        self.uncertain: list[Claim] = []
+        self.stopped_clean = False
         self.alive = False
         self._proc: Any = None
         self._ctl: Connection | None = None
@@ -208,10 +213,14 @@ class EngineProcess:
             if msg[0] == "status":
                 self.in_flight = msg[1]
                 self.on_progress()
+            elif msg[0] == "done":
+                self.done_through = msg[1]
             elif msg[0] == "idle":  # ("idle", token, in_flight)
                 self.in_flight = msg[2]
                 self._settle(msg[1])
-            else:  # ("stopped",)
+            else:  # ("stopped", uncertain claims)
+                self.uncertain = decode_claims(msg[1])
+                self.stopped_clean = True
                 self._settle("stopped")
         self.alive = False
         if not self._stopping:

@@ -29,6 +29,10 @@ class FunnelCounter:
         self._lock = threading.Lock()
         self._pending: Counter[tuple[str, str]] = Counter()
         self._gate: asyncio.Lock | None = None
+        #: Flushes begun, and the latest one whose batch is in the store (for the journal's
+        #: watermark: a count added before flush N began is durable once ``committed_epoch >= N``).
+        self.epoch = 0
+        self.committed_epoch = 0
 
     def add(self, trial_id: str, outcome: str, n: int = 1) -> None:
         with self._lock:
@@ -53,12 +57,14 @@ class FunnelCounter:
     async def flush(self, store: FunnelStore) -> None:
         async with self.consistent():
             with self._lock:
-                if not self._pending:
-                    return
+                self.epoch += 1
+                epoch = self.epoch
                 batch, self._pending = self._pending, Counter()
-            try:
-                await store.count_outcomes(dict(batch))
-            except BaseException:
-                with self._lock:  # put them back: a count is never lost to a failed flush
-                    self._pending.update(batch)
-                raise
+            if batch:
+                try:
+                    await store.count_outcomes(dict(batch))
+                except BaseException:
+                    with self._lock:  # put them back: a count is never lost to a failed flush
+                        self._pending.update(batch)
+                    raise
+            self.committed_epoch = max(self.committed_epoch, epoch)

@@ -31,10 +31,14 @@ class Route:
     gateway: str | None
     sample_rate: float
     execution_site: str
+    #: False: the team's content is never stored, not even in the intake journal.
+    prompt_retention: bool = True
 
     @classmethod
     def of(cls, r: TrialRecord) -> Route:
-        return cls(r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site)
+        return cls(
+            r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site, r.prompt_retention
+        )
 
     def matches(self, exchange: Exchange) -> bool:
         if self.route is not None and exchange.route != self.route:

@@ -9,14 +9,18 @@ first bad field; a body over the limit is ``413``; unknown fields are ignored.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections import Counter
 
 from aiohttp import web
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
+from sidecar.ingest.journal import Journal
 from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.wire import DecodeError, TapReply, decode_exchanges, encode
+
+log = logging.getLogger("shadowtrial.tap")
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> web.Response:
@@ -34,8 +38,11 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
     routes = rt.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
     claims: dict[str, list[Claim]] = {}
+    content_free: set[str] = set()
     for ex in exchanges:
         for route in routes.match(ex):
+            if not route.prompt_retention:
+                content_free.add(route.trial_id)
             if ex.redacted:
                 counts[(route.trial_id, "skipped_redacted")] += 1
             elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
@@ -43,9 +50,17 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
             else:
                 claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
     sampled = shed = 0
+    journal = rt.journal
     for site, batch in claims.items():
         sink = rt.sinks.get(site)
-        taken = sink.offer_many(batch) if sink is not None else 0
+        if sink is None:
+            taken = 0
+        elif journal is None:
+            taken = sink.offer_many(batch)
+        else:
+            batch = journal.number(batch)
+            taken = sink.offer_many(batch)
+            _write(rt, journal, batch[:taken], content_free)
         sampled += taken
         refused = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
         for claim in batch[taken:]:
@@ -57,6 +72,16 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
     rt.counters["cases_sampled"] += sampled
     rt.counters["cases_shed"] += shed
     return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed)
+
+
+def _write(rt: Runtime, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:
+    """Journal the claims the sink took, before the tap answers (a crash cannot lose them)."""
+    try:
+        journal.write(claims, content_free)
+    except OSError as exc:  # disk full, say: the claims still run; only crash-safety is lost
+        rt.counters["journal_write_errors"] += 1
+        if rt.counters["journal_write_errors"] == 1 or rt.counters["journal_write_errors"] % 1000 == 0:
+            log.error("intake journal write failed (%s): sampled cases are not crash-safe", exc.strerror)
 
 
 async def post_exchanges(request: web.Request) -> web.Response:

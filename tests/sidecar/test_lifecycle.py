@@ -277,7 +277,7 @@ def _zombie(pid: int) -> bool:
 # -- 1. SIGKILL mid-trial, then restart ---------------------------------------------------
 
 
-async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_reruns_them(
+async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_runs_the_queued_and_reruns_none(
     tmp_path: Path, fake_and_servers: tuple[FakeProvider, list[ServerProcess]]
 ) -> None:
     fake, servers = fake_and_servers
@@ -322,14 +322,19 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
     server, client = await start_server(servers, config, tmp_path)
     try:
         async def recovered() -> bool:
-            return all(c["state"] == "finished" for c in read_cases(db, trial_id).values())
+            cases = read_cases(db, trial_id)
+            return len(cases) == 60 and all(c["state"] == "finished" for c in cases.values())
 
         await wait_for(recovered, timeout=10 * LEASE_S + 10, what="recovery of the killed process's cases")
         view = await client.trial(trial_id)
         assert view["status"] == "running"
 
         after = read_cases(db, trial_id)  # WAL: readable while the new process runs
-        assert set(after) == set(before)
+        # Cases still queued at the crash had no row; the intake journal kept them and the
+        # restarted sidecar ran them (issue 8, item 2): every sampled exchange has its case.
+        queued = set(after) - set(before)
+        assert queued and set(after) == {f"ex-{i}" for i in range(60)}
+        assert {after[ex]["outcome"] for ex in queued} <= set(FINISHED_BY_WORKER)
         for ex, c in finished.items():
             assert (after[ex]["state"], after[ex]["outcome"], after[ex]["score"]) == ("finished", c["outcome"], c["score"]), ex
         for ex, c in in_flight.items():
@@ -342,14 +347,16 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
         assert funnel["in_flight"] == 0
         assert funnel["outcomes"]["indeterminate"] == len(in_flight)
         for outcome in FINISHED_BY_WORKER:
-            assert funnel["outcomes"][outcome] == sum(1 for c in finished.values() if c["outcome"] == outcome)
-        # sample_rate 1.0: no tap-path outcome, so every counted pair is a case.
-        assert funnel["total"] == len(before) == sum(funnel["outcomes"].values())
+            assert funnel["outcomes"][outcome] == sum(1 for c in finished.values() if c["outcome"] == outcome) + sum(
+                1 for ex in queued if after[ex]["outcome"] == outcome)
+        # sample_rate 1.0: no tap-path outcome, so every counted pair is a case; none was lost.
+        assert funnel["total"] == reply["sampled"] == 60 == sum(funnel["outcomes"].values())
 
         dispatched_held = sum(c["reserved_micros"] for c in in_flight.values() if c["state"] == "dispatched")
         spend = view["spend"]
         assert spend["reserved_micros"] == 0
-        assert spend["charged_micros"] == trial_before["spent_micros"] + dispatched_held
+        assert spend["charged_micros"] == trial_before["spent_micros"] + dispatched_held + sum(
+            after[ex]["charged_micros"] for ex in queued)
         assert spend["charged_micros"] + spend["reserved_micros"] <= spend["cap_micros"]
         n_dispatched = sum(1 for c in in_flight.values() if c["state"] == "dispatched")
         assert spend["unknown_calls"] == trial_before["unknown_calls"] + n_dispatched
@@ -357,11 +364,11 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
         # The gateway re-delivers everything it sent before the crash that had a case,
         # plus fresh traffic: the old cases are duplicates, the fresh ones run.
         fresh = [exchange(1000 + i) for i in range(10)]
-        old = [exchange(int(ex.removeprefix("ex-"))) for ex in sorted(before)]
+        old = [exchange(int(ex.removeprefix("ex-"))) for ex in sorted(after)]
         await client.send(old + fresh)
         view = await wait_idle(client, trial_id, judged=funnel["outcomes"]["judged"] + len(fresh))
         assert view["funnel"]["outcomes"]["indeterminate"] == len(in_flight)
-        assert view["funnel"]["total"] == len(before) + len(fresh)
+        assert view["funnel"]["total"] == len(after) + len(fresh)
         assert view["spend"]["reserved_micros"] == 0
         assert view["spend"]["charged_micros"] <= view["spend"]["cap_micros"]
     finally:
@@ -373,11 +380,66 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_and_never_r
     for ex, c in in_flight.items():
         # Never re-run: a reserved case never reached the candidate; a dispatched one at most once.
         assert calls[ex] <= (0 if c["state"] == "reserved" else 1), (ex, c["state"], calls[ex])
+    for ex in queued:
+        assert calls[ex] == 1, ex
     for ex in fresh:
         assert calls[ex["exchange_id"]] == 1
     final = read_cases(db, trial_id)
-    for ex in before:
+    for ex in after:
         assert final[ex]["outcome"] == after[ex]["outcome"], ex
+
+
+async def test_sigkill_with_a_retention_off_team_counts_its_queued_cases_without_keeping_content(
+    tmp_path: Path, fake_and_servers: tuple[FakeProvider, list[ServerProcess]]
+) -> None:
+    """The intake journal keeps only exchange ids for a team with prompt retention off, so
+    after a crash its queued cases cannot run: each is counted ``shed_stopped``, once."""
+    fake, servers = fake_and_servers
+    fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(300.0, 600.0))
+    config = write_config(
+        tmp_path, fake.base_url, workers=2, lease_seconds=LEASE_S, isolation="process",
+        extra="[teams.team-a]\nprompt_retention = false\n",
+    )
+    db = tmp_path / "trials.db"
+    server, client = await start_server(servers, config, tmp_path)
+    try:
+        trial_id = await client.create_trial()
+        reply = await client.send([exchange(i, content=f"PRIVATE-{i} ⟨q=0.500⟩") for i in range(40)])
+        assert reply["sampled"] == 40
+        await wait_in_flight(client, trial_id, judged_too=False)
+    finally:
+        await client.aclose()
+    assert server.proc is not None
+    engines = child_pids(server.proc.pid)
+    server.signal(signal.SIGKILL)
+    await server.wait(5.0)
+
+    async def engine_gone() -> bool:
+        return all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in engines)
+
+    await wait_for(engine_gone, timeout=10, what="the engine process to exit with its sidecar")
+    before = read_cases(db, trial_id)
+    queued = {f"ex-{i}" for i in range(40)} - set(before)
+    assert queued, "expected cases still queued at the kill"
+    journal = b"".join(p.read_bytes() for p in tmp_path.glob("trials.db.intake/segment-*.bin"))
+    assert journal and b"PRIVATE-" not in journal and b"question " not in journal
+
+    fake.models[CANDIDATE] = fast_candidate()
+    server, client = await start_server(servers, config, tmp_path)
+    try:
+        async def accounted() -> bool:
+            f = (await client.trial(trial_id))["funnel"]
+            return f["total"] == 40 and f["in_flight"] == 0
+
+        await wait_for(accounted, timeout=10 * LEASE_S + 10, what="every sampled case to have its outcome")
+        outcomes = (await client.trial(trial_id))["funnel"]["outcomes"]
+    finally:
+        await client.aclose()
+    after = read_cases(db, trial_id)
+    assert all(after[ex]["outcome"] == "shed_stopped" for ex in queued)
+    assert outcomes["shed_stopped"] == len(queued) and sum(outcomes.values()) == 40, outcomes
+    calls = candidate_calls(fake)
+    assert all(calls[ex] == 0 for ex in queued) and all(n <= 1 for n in calls.values())
 
 
 # -- 2. SIGTERM drains ---------------------------------------------------------------------

@@ -92,8 +92,9 @@ async def peers(tmp_path: Path, **kw: Any) -> tuple[Harness, Harness]:
     db = str(tmp_path / "shared.db")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    return (Harness(tmp_path / "a", db=db, refresh_seconds=0.2, **kw),
-            Harness(tmp_path / "b", db=db, refresh_seconds=0.2, **kw))
+    # Peers on one SQLite file: each needs an intake journal of its own.
+    return (Harness(tmp_path / "a", db=db, refresh_seconds=0.2, journal_dir=str(tmp_path / "a" / "intake"), **kw),
+            Harness(tmp_path / "b", db=db, refresh_seconds=0.2, journal_dir=str(tmp_path / "b" / "intake"), **kw))
 
 
 async def test_a_trial_created_on_a_peer_is_picked_up_and_each_exchange_judged_once(tmp_path: Path) -> None:

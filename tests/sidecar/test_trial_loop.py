@@ -76,10 +76,14 @@ async def test_prompt_retention_off_keeps_no_body(tmp_path: Path) -> None:
         on = await h.create_trial(sample_rate=1.0, team="team-b")
         await h.send([exchange(i, content=f"PRIVATE-ANSWER-{i} ⟨q=0.500⟩") for i in range(5)])
         await h.send([exchange(100 + i, team="team-b", content=f"KEPT-ANSWER-{i} ⟨q=0.500⟩") for i in range(5)])
+        # The intake journal holds both teams' sampled cases until they are done: one team's
+        # as exchange ids only.
+        journal = b"".join(p.read_bytes() for p in tmp_path.glob("trials.db.intake/segment-*.bin"))
+        assert b"KEPT-ANSWER" in journal and b"PRIVATE-ANSWER" not in journal and b"question 0" not in journal
         v_off = await h.settle(off["id"], 5)
         v_on = await h.settle(on["id"], 5)
     assert v_off["prompt_retention"] is False and v_on["prompt_retention"] is True
     assert v_off["funnel"]["outcomes"]["judged"] == 5
-    raw = b"".join(p.read_bytes() for p in tmp_path.glob("trials.db*"))
+    raw = b"".join(p.read_bytes() for p in tmp_path.rglob("trials.db*") if p.is_file())
     assert b"PRIVATE-ANSWER" not in raw and b"question 0" not in raw
     assert b"KEPT-ANSWER" in raw
