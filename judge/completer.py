@@ -25,6 +25,9 @@ class Completion:
     output_tokens: int | None = None
     error: str | None = None
     latency_ms: float = 0.0
+    #: A failed call that reached the provider and may have been billed (a timeout, an
+    #: answer that could not be read): the spend ledger holds its worst case.
+    may_have_billed: bool = False
 
 
 class Completer(Protocol):

@@ -31,7 +31,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from policies.money import Cost
+from policies.money import Cost, Price, price_usage
 
 Refusal = Literal["not_running", "trial_exhausted", "case_too_large", "wait"]
 
@@ -86,6 +86,14 @@ def charge_call(cost: Cost, worst_micros: int) -> Charge:
     if cost.coverage == "complete":
         return Charge(cost.known_micros, cost)
     return Charge(worst_micros, cost)
+
+
+def charge_usage(price: Price | None, input_tokens: int | None, output_tokens: int | None, worst_micros: int) -> Charge:
+    """:func:`charge_call` for a provider's usage report. A count no call can have (negative)
+    is a disputed report too: charged the worst case, never less, never more."""
+    if (input_tokens is not None and input_tokens < 0) or (output_tokens is not None and output_tokens < 0):
+        return Charge(worst_micros, Cost(worst_micros, "partial"), disputed=True)
+    return charge_call(price_usage(price, input_tokens, output_tokens), worst_micros)
 
 
 def total(charges: Sequence[Charge]) -> tuple[int, Cost, int, int, int]:

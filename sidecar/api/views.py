@@ -38,6 +38,7 @@ def spend_view(r: TrialRecord) -> dict[str, Any]:
         "coverage": coverage,
         "basis": "list_price",
         "unknown_calls": r.unknown_calls,
+        "disputed_reports": r.disputed_calls,
         "held_for_unknown_micros": held,
         "charged_micros": r.spent_micros,
         "reserved_micros": r.reserved_micros,

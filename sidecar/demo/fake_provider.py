@@ -94,6 +94,9 @@ class FakeModel:
     rate_no_label_retry: float = 0.0
     rate_conflicting_labels: float = 0.0
     position_bias: float = 0.0
+    #: Report this (input, output) usage instead of the true one: a provider whose figures
+    #: are wrong (over-reported, negative, absurd, not numbers).
+    usage_override: tuple[Any, Any] | None = None
 
     def __post_init__(self) -> None:
         rates = self._fault_rates()
@@ -138,8 +141,8 @@ class _Answer(NamedTuple):
     text: str
     tool: tuple[str, dict[str, Any]] | None
     finish_reason: str
-    input_tokens: int
-    output_tokens: int
+    input_tokens: Any  # int, unless the model's usage_override says otherwise
+    output_tokens: Any
 
 
 def _text_of(content: Any) -> str:
@@ -226,6 +229,8 @@ def make_answer(
     if isinstance(limit, int) and 0 < limit < out_tokens:
         text = text.encode()[: limit * 4].decode(errors="ignore")
         tool, out_tokens, finish = None, limit, "length"
+    if spec.usage_override is not None:
+        return _Answer(text, tool, finish, *spec.usage_override)
     return _Answer(text, tool, finish, max(1, prompt_bytes // 4), out_tokens)
 
 
@@ -240,8 +245,15 @@ def _openai_body(model: str, n: int, a: _Answer) -> dict[str, Any]:
         "id": f"chatcmpl-fake-{n}", "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": a.finish_reason}],
         "usage": {"prompt_tokens": a.input_tokens, "completion_tokens": a.output_tokens,
-                  "total_tokens": a.input_tokens + a.output_tokens},
+                  "total_tokens": _total(a.input_tokens, a.output_tokens)},
     }
+
+
+def _total(a: Any, b: Any) -> Any:
+    try:
+        return a + b
+    except TypeError:
+        return None
 
 
 def _anthropic_body(model: str, n: int, a: _Answer) -> dict[str, Any]:

@@ -319,9 +319,9 @@ class CaseRunner:
         judge_charges: list[spend.Charge] = []
         for pj, _ in judgments:
             for c in pj.completions:
-                if not c.ok and c.error != "timeout" and c.input_tokens is None and c.output_tokens is None:
+                if not c.ok and not c.may_have_billed and c.input_tokens is None and c.output_tokens is None:
                     continue  # refused before any work (429/5xx/connection): not billed
-                judge_charges.append(spend.charge_call(price_usage(subject.judge_price, c.input_tokens, c.output_tokens), per_call_worst))
+                judge_charges.append(spend.charge_usage(subject.judge_price, c.input_tokens, c.output_tokens, per_call_worst))
         case.charges.extend(judge_charges)
 
         rows = _judgment_rows(subject, case.case_id, judgments, incumbent_answer, candidate_answer, self.clock())
@@ -384,6 +384,7 @@ class CaseRunner:
             bodies_json=bodies_json,
             trial_status=trial_status,
             trial_status_reason="the remaining cap cannot cover a typical case" if trial_status == "cap_reached" else None,
+            disputed_calls=disputed,
         )
 
     def _unexpected(self, case: _Case, exc: Exception) -> CaseFinish:
@@ -397,7 +398,7 @@ class CaseRunner:
 def _candidate_charge(subject: Subject, result: ProviderResult, worst: int) -> spend.Charge:
     if not (result.ok or result.may_have_billed):
         return spend.NOTHING  # refused before any work: nothing was billed
-    charge = spend.charge_call(price_usage(subject.candidate_price, result.input_tokens, result.output_tokens), worst)
+    charge = spend.charge_usage(subject.candidate_price, result.input_tokens, result.output_tokens, worst)
     if result.unknown_fate_attempts and charge.cost.coverage == "complete":
         # An earlier attempt of this call may also have been billed: not all of it is known.
         charge = spend.Charge(charge.charged_micros, Cost(charge.cost.known_micros, "partial"), charge.disputed)

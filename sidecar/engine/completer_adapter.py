@@ -39,6 +39,7 @@ class ProviderCompleter:
                 input_tokens=result.input_tokens,
                 output_tokens=result.output_tokens,
                 latency_ms=result.latency_ms,
+                may_have_billed=result.may_have_billed,
             )
         return Completion(
             ok=True,

@@ -278,10 +278,10 @@ class PostgresStore:
                 return False
             await conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros - $1, spent_micros = spent_micros + $2, "
-                "known_micros = known_micros + $3, unknown_calls = unknown_calls + $4, priced_calls = priced_calls + $5 "
-                "WHERE id=$6",
+                "known_micros = known_micros + $3, unknown_calls = unknown_calls + $4, priced_calls = priced_calls + $5, "
+                "disputed_calls = disputed_calls + $6 WHERE id=$7",
                 reserved, finish.charged_micros, finish.known_micros, finish.unknown_calls, finish.priced_calls,
-                finish.trial_id,
+                finish.disputed_calls, finish.trial_id,
             )
             if finish.trial_status is not None:
                 await conn.execute(

@@ -77,6 +77,9 @@ class TrialRecord:
     reserved_micros: int = 0
     unknown_calls: int = 0
     priced_calls: int = 0
+    #: Provider usage reports no call can have (above the call's worst case, or negative):
+    #: charged at the worst case, never more, and counted here.
+    disputed_calls: int = 0
     #: The statistics kept with the trial between reads, as JSON text (None until the first
     #: read): :class:`policies.sequence.SequenceState`, the verdict's running intersection, and
     #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.fold` folds them and
@@ -164,6 +167,8 @@ class CaseFinish:
     trial_status_reason: str | None = None
     #: What follows from the outcome, written in the same transaction (the post-finish hook).
     effects: tuple[Effect, ...] = ()
+    #: Disputed usage reports among its calls (see ``TrialRecord.disputed_calls``).
+    disputed_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,4 +160,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE trials ADD COLUMN judge_health_state TEXT;
     ALTER TABLE trials ADD COLUMN judge_health_n INTEGER;
     """,
+    # 4: usage reports no call can have (above its worst case, or negative), charged at the
+    # worst case and counted, so an operator sees that a provider's figures were refused
+    """
+    ALTER TABLE trials ADD COLUMN disputed_calls INTEGER NOT NULL DEFAULT 0;
+    """,
 )

@@ -152,6 +152,10 @@ MIGRATIONS: tuple[str, ...] = (
         ADD COLUMN judge_health_state TEXT,
         ADD COLUMN judge_health_n BIGINT;
     """,
+    # 3: disputed usage reports, as in SQLite's migration 4
+    """
+    ALTER TABLE trials ADD COLUMN disputed_calls BIGINT NOT NULL DEFAULT 0;
+    """,
 )
 
 

@@ -282,9 +282,10 @@ class SQLiteStore:
             reserved = row["reserved_micros"]
             conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
-                "known_micros = known_micros + ?, unknown_calls = unknown_calls + ?, priced_calls = priced_calls + ? "
-                "WHERE id=?",
-                (reserved, finish.charged_micros, finish.known_micros, finish.unknown_calls, finish.priced_calls, finish.trial_id),
+                "known_micros = known_micros + ?, unknown_calls = unknown_calls + ?, priced_calls = priced_calls + ?, "
+                "disputed_calls = disputed_calls + ? WHERE id=?",
+                (reserved, finish.charged_micros, finish.known_micros, finish.unknown_calls, finish.priced_calls,
+                 finish.disputed_calls, finish.trial_id),
             )
             if finish.trial_status is not None:
                 conn.execute(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.money import Cost
+from policies import spend
+from policies.money import Cost, Price
 from policies.spend import Charge, charge_call, refusal, total, typical_worst_case
 
 
@@ -52,3 +53,14 @@ def test_total_adds_charges_and_keeps_unknown_unknown() -> None:
         [charge_call(Cost(30, "complete"), 50), charge_call(Cost.unknown(), 50), charge_call(Cost(99, "complete"), 60)]
     )
     assert (charged, cost.known_micros, cost.coverage, unknown, priced, disputed) == (140, 90, "partial", 2, 2, 1)
+
+
+def test_a_usage_report_no_call_can_have_is_disputed_and_charged_the_worst_case() -> None:
+    price = Price(1_000_000, 2_000_000)  # $1 / $2 per million tokens
+    assert spend.charge_usage(price, 100, 50, 10_000) == spend.Charge(200, Cost(200, "complete"))
+    for counts in ((-1000, 5), (5, -1), (10**12, 10**12)):
+        charge = spend.charge_usage(price, *counts, 10_000)
+        assert charge.disputed and charge.charged_micros == 10_000 and charge.cost.coverage == "partial", counts
+    # Not reported at all: held at the worst case, unknown (not disputed: nothing to dispute).
+    held = spend.charge_usage(price, None, None, 10_000)
+    assert (held.charged_micros, held.cost.coverage, held.disputed) == (10_000, "unknown", False)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
@@ -133,3 +136,36 @@ async def test_a_configured_zero_price_is_a_known_zero(tmp_path: Path) -> None:
     assert view["funnel"]["outcomes"]["judged"] == 5
     assert view["spend"]["known_micros"] == 0
     assert view["spend"]["coverage"] == "complete"
+
+
+# -- a provider whose usage figures are wrong (issue 8, item 3) -----------------------------
+
+WRONG_USAGE = {
+    "over-reported": (10**12, 10**12),
+    "negative": (-1000, -5),
+    "absurd float": (1e300, 1e300),
+    "not numbers": ("lots", "many"),
+    "huge int": (10**30, 1),
+}
+
+
+@pytest.mark.parametrize("who", [CANDIDATE, JUDGE])
+@pytest.mark.parametrize("case", sorted(WRONG_USAGE))
+async def test_wrong_usage_figures_never_pass_the_cap_nor_leave_a_case_open(tmp_path: Path, who: str, case: str) -> None:
+    models = {INCUMBENT: FakeModel(), CANDIDATE: FakeModel(quality=0.6), JUDGE: FakeModel(judge=True)}
+    models[who] = dataclasses.replace(models[who], usage_override=WRONG_USAGE[case])
+    async with Harness(tmp_path, models=models, workers=8) as h:
+        trial = await h.create_trial(spend_cap_usd=0.05, sample_rate=1.0)
+        cap = trial["spend"]["cap_micros"]
+        await h.send([exchange(i) for i in range(30)])
+        view = await h.settle(trial["id"], 30)
+        outcomes, spend = view["funnel"]["outcomes"], view["spend"]
+        peak, final = ledger_peak(tmp_path / "trials.db", trial["id"])
+        print(f"\n{who} reports {case} usage: {dict((k, v) for k, v in outcomes.items() if v)}, charged "
+              f"{spend['charged_micros']} µ$ of {cap}, coverage {spend['coverage']}, disputed {spend['disputed_reports']}")
+        assert view["funnel"]["total"] == 30 == sum(outcomes.values()) and view["funnel"]["in_flight"] == 0
+        assert spend["reserved_micros"] == 0 and spend["remaining_micros"] >= 0
+        assert spend["charged_micros"] <= cap and peak <= cap and final == spend["charged_micros"]
+        assert spend["coverage"] != "complete", "a refused usage figure is never complete knowledge"
+        if case in ("over-reported", "negative", "huge int"):
+            assert spend["disputed_reports"] > 0

@@ -238,7 +238,7 @@ async def test_finish_settles_spend_and_writes_everything_in_one_go(store: Store
     await store.reserve("t1", "c1", 3000, kind="reserve", at=1.0)
     await store.mark_dispatched("c1", "A")
     done = finish(
-        "c1", charged=1200, known_micros=1000, unknown_calls=1, priced_calls=1, score=0.5,
+        "c1", charged=1200, known_micros=1000, unknown_calls=1, priced_calls=1, score=0.5, disputed_calls=1,
         judgments=[judgment("j1", "c1", score=1, strong=True, is_audit=False, longer_won=True),
                    judgment("j2", "c1", score=0, winner_slot=None, is_audit=True, order="incumbent_first",
                             longer_won=None, created_at=1002.5)],
@@ -248,9 +248,8 @@ async def test_finish_settles_spend_and_writes_everything_in_one_go(store: Store
     assert await store.finish_case(done, "A")
     got = await store.get_trial("t1")
     assert got is not None
-    assert (got.spent_micros, got.known_micros, got.reserved_micros, got.unknown_calls, got.priced_calls) == (
-        1200, 1000, 0, 1, 1
-    )
+    assert (got.spent_micros, got.known_micros, got.reserved_micros, got.unknown_calls, got.priced_calls,
+            got.disputed_calls) == (1200, 1000, 0, 1, 1, 1)
     assert [(e.kind, e.micros) for e in await store.ledger("t1")] == [("reserve", 3000), ("release", 3000), ("charge", 1200)]
     case = (await store.cases("t1"))[0]
     assert (case["state"], case["outcome"], case["charged_micros"], case["reserved_micros"], case["score"]) == (
