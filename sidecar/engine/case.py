@@ -29,7 +29,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from judge.order import audit_selected, presentation_order, swapped
 from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
@@ -41,9 +41,12 @@ from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.store.base import Store
+from sidecar.redact import describe
 from sidecar.store.records import CaseFinish, CaseStart, Effect, JudgmentRow, LedgerKind
 
 log = logging.getLogger("shadowtrial.engine")
+
+T = TypeVar("T")
 
 #: The key of the presentation-order and audit hashes. Fixed and public on
 #: purpose: anyone holding the trial id and case id can recompute the order.
@@ -138,11 +141,17 @@ class CaseRunner:
         try:
             prepared = self._prepare(subject, exchange)
         except Exception as exc:  # an exchange the engine cannot turn into a request
-            log.warning("exchange %s cannot be dispatched for %s: %s", exchange.exchange_id, subject.id, exc)
+            log.warning("exchange %s cannot be dispatched for %s: %s", exchange.exchange_id, subject.id, describe(exc))
             self.funnel.add(subject.id, "indeterminate")
             return "indeterminate"
         request, max_tokens, plan, audited, judge_calls, start = prepared
-        claimed = await self.store.claim_case(start)
+        try:
+            claimed = await _persist(lambda: self.store.claim_case(start))
+        except Exception as exc:  # the store refused the claim: nothing of the case is stored
+            log.error("case %s of %s could not be claimed (%s); counted indeterminate",
+                      start.case_id, subject.id, type(exc).__name__)
+            self.funnel.add(subject.id, "indeterminate")
+            return "indeterminate"
         if claimed == "duplicate":
             return "duplicate"
         if claimed == "not_running":  # the trial ended meanwhile; the store recorded and counted the case
@@ -155,10 +164,12 @@ class CaseRunner:
         except asyncio.CancelledError:
             raise  # the case stays in flight with our owner; retire or a peer's recovery settles it
         except Exception as exc:
-            log.exception("case %s of %s failed unexpectedly", case.case_id, subject.id)
+            log.error("case %s of %s failed unexpectedly: %s", case.case_id, subject.id, describe(exc))
             finish = self._unexpected(case, exc)
-        finish = _with_effects(finish, tuple(e for hook in self.hooks for e in hook(subject, finish)))
-        await self.store.finish_case(finish, self.owner)
+        finish = _with_effects(finish, self._effects(subject, finish))
+        # A store that keeps failing leaves the case in flight under our owner: retire (at
+        # stop) or a peer's sweep (after our lease) gives it its outcome; it is never lost.
+        await _persist(lambda: self.store.finish_case(finish, self.owner))
         if case.reserved:
             async with self._room:  # its reservation is released: the heads of the lines try again
                 self._room.notify_all()
@@ -178,9 +189,21 @@ class CaseRunner:
             return claimed
         case = _Case(subject, start.case_id)
         finish = self._finish(case, "shed_stopped", error="the sidecar stopped before it ran; its content was not kept")
-        finish = _with_effects(finish, tuple(e for hook in self.hooks for e in hook(subject, finish)))
-        await self.store.finish_case(finish, self.owner)
+        finish = _with_effects(finish, self._effects(subject, finish))
+        await _persist(lambda: self.store.finish_case(finish, self.owner))
         return finish.outcome
+
+    def _effects(self, subject: Subject, finish: CaseFinish) -> tuple[Effect, ...]:
+        """What the post-finish hooks add; a hook that raises is logged and adds nothing, so
+        the case still ends with its outcome."""
+        out: list[Effect] = []
+        for hook in self.hooks:
+            try:
+                out.extend(hook(subject, finish))
+            except Exception as exc:
+                log.error("post-finish hook %s failed for case %s (%s); the case is recorded without it",
+                          getattr(hook, "__name__", hook), finish.case_id, type(exc).__name__)
+        return tuple(out)
 
     # -- steps ---------------------------------------------------------------
 
@@ -392,7 +415,25 @@ class CaseRunner:
         been billed for anything up to its reservation: that is held, as unknown."""
         if case.dispatched:
             case.charges = [spend.Charge(case.reserved, Cost.unknown())]
-        return self._finish(case, "indeterminate", error=f"internal error: {type(exc).__name__}: {exc}"[:500])
+        return self._finish(case, "indeterminate", error=f"internal error: {describe(exc)}")
+
+
+#: Store writes that fail are tried this many times in all, with these pauses between.
+PERSIST_PAUSES_S = (0.5, 2.0)
+
+
+async def _persist(write: Callable[[], Awaitable[T]]) -> T:
+    """A store write of a case, retried a few times: a locked or briefly unreachable store
+    must not cost a case its outcome."""
+    for pause in PERSIST_PAUSES_S:
+        try:
+            return await write()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("store write failed (%s: %s); trying again in %.1f s", type(exc).__name__, exc, pause)
+            await asyncio.sleep(pause)
+    return await write()
 
 
 def _candidate_charge(subject: Subject, result: ProviderResult, worst: int) -> spend.Charge:

@@ -39,6 +39,7 @@ from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import Provider
+from sidecar.redact import describe
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.trials import Resolved
@@ -275,10 +276,10 @@ class Engine:
                 await self._runner.record_unrun(subject, claim.exchange.exchange_id)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             # The store failed under the case: it stays in flight with our owner, and
             # retire (or a peer's sweep after our lease) gives it its outcome.
-            log.exception("case of %s could not be recorded; it is settled by recovery", claim.trial_id)
+            log.error("case of %s could not be recorded (%s); it is settled by recovery", claim.trial_id, describe(exc))
 
     async def _load(self, trial_id: str) -> Subject | None:
         """A claim for a trial this engine holds no subject of: created moments ago (here or on
