@@ -129,6 +129,8 @@ class AdminConfig(_Section, frozen=True):
     """The admin API."""
 
     listen: str = "127.0.0.1:8791"
+    #: An admin request that takes longer (a store that cannot answer) is ``503 store_unavailable``.
+    request_timeout_seconds: PositiveFloat = 10.0
 
     def _validate(self) -> None:
         split_listen(self.listen)
@@ -151,6 +153,9 @@ class StoreConfig(_Section, frozen=True):
     #: PostgreSQL ``url`` there is no default — set one per replica, or queued cases are
     #: not kept across a crash (a warning says so at start).
     journal_dir: str = ""
+    #: How long a store statement waits for a lock another connection or process holds
+    #: before it fails (the admin API then answers 503; the engine retries, then counts).
+    lock_timeout_seconds: PositiveFloat = 10.0
 
     def _validate(self) -> None:
         if not self.path:

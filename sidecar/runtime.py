@@ -59,7 +59,7 @@ class Runtime:
         self.config = config
         self.secrets = config.secrets
         self.clock = clock
-        self.store: Store = make_store(config.store.location)
+        self.store: Store = make_store(config.store.location, lock_timeout_s=config.store.lock_timeout_seconds)
         self.routing = RoutingTable()
         self.funnel = FunnelCounter()
         self.handoff: Handoff[Claim] = Handoff(config.tap.queue_size)
@@ -80,7 +80,7 @@ class Runtime:
         else:
             self.engine = Engine(
                 settings=engine_settings(config),
-                open_store=lambda: make_store(config.store.location),
+                open_store=lambda: make_store(config.store.location, lock_timeout_s=config.store.lock_timeout_seconds),
                 open_providers=lambda: open_providers(config),
                 resolve=self.resolve,
                 routing=self.routing,

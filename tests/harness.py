@@ -41,6 +41,7 @@ def write_config(
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
     refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread", journal_dir: str = "",
+    store_extra: str = "", admin_extra: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
@@ -63,6 +64,10 @@ def write_config(
         text = text.replace("[store]\n", f'[store]\nurl = "{store_url}"\n', 1)
     if journal_dir:
         text = text.replace("[store]\n", f'[store]\njournal_dir = "{journal_dir}"\n', 1)
+    if store_extra:
+        text = text.replace("[store]\n", f"[store]\n{store_extra}\n", 1)
+    if admin_extra:
+        text = text.replace("[admin]\n", f"[admin]\n{admin_extra}\n", 1)
     path.write_text(text)
     return path
 

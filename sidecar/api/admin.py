@@ -13,6 +13,7 @@ from aiohttp import web
 
 from sidecar.errors import ApiError, BadRequest
 from sidecar.api.openapi import openapi_document
+from sidecar.api.guard import store_guard
 from sidecar.runtime import RUNTIME
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import decode_create
@@ -163,7 +164,9 @@ async def openapi(_request: web.Request) -> web.Response:
 
 
 def admin_app(rt: Any) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=1 << 20)
+    app = web.Application(
+        middlewares=[errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)], client_max_size=1 << 20
+    )
     app[RUNTIME] = rt
     app.router.add_post("/v1/trials", create_trial)
     app.router.add_get("/v1/trials", list_trials)

@@ -46,7 +46,7 @@ class _Child:
         resolve = resolver(config, price_book(config))
         self.engine = Engine(
             settings=engine_settings(config, flush_funnel=True),
-            open_store=lambda: make_store(config.store.location),
+            open_store=lambda: make_store(config.store.location, lock_timeout_s=config.store.lock_timeout_seconds),
             open_providers=lambda: open_providers(config),
             resolve=resolve,
             routing=RoutingTable(),  # the sidecar's process routes; this one only activates subjects

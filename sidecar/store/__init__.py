@@ -24,14 +24,17 @@ __all__ = [
 ]
 
 
-def make_store(url: str) -> Store:
+def make_store(url: str, *, lock_timeout_s: float = 10.0) -> Store:
     """``postgresql://…`` (or ``postgres://…``) opens PostgreSQL; ``sqlite:///path``
-    or a plain file path opens SQLite. Nothing is connected until ``open()``."""
+    or a plain file path opens SQLite. Nothing is connected until ``open()``.
+
+    ``lock_timeout_s``: how long a statement waits for a lock another connection (or
+    process) holds before it fails, so a stuck peer cannot hang this one."""
     if url.startswith(("postgresql://", "postgres://")):
         from sidecar.store.postgres import PostgresStore
 
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(url, lock_timeout_s=lock_timeout_s)
         return store
     from sidecar.store.sqlite import SQLiteStore
 
-    return SQLiteStore(url.removeprefix("sqlite://") if url.startswith("sqlite://") else url)
+    return SQLiteStore(url.removeprefix("sqlite://") if url.startswith("sqlite://") else url, lock_timeout_s=lock_timeout_s)

@@ -78,8 +78,11 @@ class PostgresStore:
     Using it before :meth:`open` or after :meth:`close` raises ``RuntimeError``.
     """
 
-    def __init__(self, dsn: str, *, min_connections: int = 1, max_connections: int = 10) -> None:
+    def __init__(
+        self, dsn: str, *, min_connections: int = 1, max_connections: int = 10, lock_timeout_s: float = 10.0
+    ) -> None:
         self.dsn = dsn
+        self._lock_timeout_ms = max(1, int(lock_timeout_s * 1000))
         self._min = min_connections
         self._max = max_connections
         self._pool: Any = None
@@ -87,7 +90,10 @@ class PostgresStore:
     # -- plumbing -------------------------------------------------------------
 
     async def open(self) -> None:
-        pool = await asyncpg.create_pool(self.dsn, min_size=self._min, max_size=self._max)
+        pool = await asyncpg.create_pool(
+            self.dsn, min_size=self._min, max_size=self._max,
+            server_settings={"lock_timeout": str(self._lock_timeout_ms)},
+        )
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)

@@ -48,8 +48,9 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
 class SQLiteStore:
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:
         self.path = path
+        self.lock_timeout_s = lock_timeout_s
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -79,12 +80,12 @@ class SQLiteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadowtrial-store")
 
         def connect() -> sqlite3.Connection:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.lock_timeout_s)
             conn.row_factory = sqlite3.Row
             _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={max(1, int(self.lock_timeout_s * 1000))}")
             for number, script in enumerate(MIGRATIONS, start=1):
                 # The version is read under the write lock: a second process
                 # opening the same fresh file waits here, then skips what the

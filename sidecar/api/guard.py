@@ -1,0 +1,52 @@
+"""The admin API's guard against a store that cannot answer.
+
+A store whose lock another process holds, or a PostgreSQL server that is away, must
+not hang an admin request nor turn it into a 500 with a traceback: every request runs
+under ``admin.request_timeout_seconds``, and a timeout or a store failure is ``503
+store_unavailable`` with ``Retry-After`` — the JSON error shape, content-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from typing import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from sidecar.redact import describe
+
+log = logging.getLogger("shadowtrial.admin")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: Seconds a client is told to wait before trying again.
+RETRY_AFTER_S = 2
+
+
+def _store_failure(exc: BaseException) -> bool:
+    if isinstance(exc, (sqlite3.OperationalError, ConnectionError)):
+        return True
+    module = type(exc).__module__
+    return module.startswith("asyncpg")
+
+
+def store_guard(timeout_s: float) -> Middleware:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await handler(request)
+        except TimeoutError:
+            message = f"the store did not answer within {timeout_s:g} s"
+        except Exception as exc:
+            if not _store_failure(exc):
+                raise
+            message = f"the store failed ({describe(exc)})"
+        log.warning("%s %s: %s; answered 503", request.method, request.path, message)
+        body = {"error": {"code": "store_unavailable", "message": message, "field": None}}
+        return web.json_response(body, status=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    return guard
