@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from sidecar.api.admin import admin_app
 from sidecar.config import Config
+from sidecar.errors import StartupError
 from sidecar.runtime import Runtime
 from sidecar.ingest.tap import tap_app
 
@@ -45,18 +47,18 @@ class Sidecar:
     async def start(self) -> None:
         await self.runtime.start()
         cfg = self.runtime.config
-        self._admin_runner = web.AppRunner(admin_app(self.runtime), access_log=None)
-        await self._admin_runner.setup()
-        host, port = _split(cfg.admin.listen)
-        admin_site = web.TCPSite(self._admin_runner, host, port)
-        await admin_site.start()
-        self.admin_url = _url(self._admin_runner)
-        self._tap_runner = web.AppRunner(tap_app(self.runtime), access_log=None)
-        await self._tap_runner.setup()
-        host, port = _split(cfg.tap.listen)
-        tap_site = web.TCPSite(self._tap_runner, host, port)
-        await tap_site.start()
-        self.tap_url = _url(self._tap_runner)
+        try:
+            self._admin_runner = web.AppRunner(admin_app(self.runtime), access_log=None)
+            await self._admin_runner.setup()
+            await _bind(self._admin_runner, "admin.listen", cfg.admin.listen)
+            self.admin_url = _url(self._admin_runner)
+            self._tap_runner = web.AppRunner(tap_app(self.runtime), access_log=None)
+            await self._tap_runner.setup()
+            await _bind(self._tap_runner, "tap.listen", cfg.tap.listen)
+            self.tap_url = _url(self._tap_runner)
+        except BaseException:
+            await self.stop()  # a listener that cannot bind must not leave the engine running
+            raise
         log.info("tap listening on %s, admin on %s", self.tap_url, self.admin_url)
 
     async def stop(self) -> None:
@@ -74,6 +76,16 @@ class Sidecar:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+async def _bind(runner: web.AppRunner, setting: str, listen: str) -> None:
+    host, port = _split(listen)
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        # asyncio's bind error wraps the system's in a long sentence; a resolver error has its own.
+        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else (exc.strerror or str(exc))
+        raise StartupError(f"{setting} {listen}: cannot listen: {reason}") from exc
 
 
 def _url(runner: web.AppRunner) -> str:

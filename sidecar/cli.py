@@ -19,17 +19,95 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
+import sqlite3
 import sys
-import uuid
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from urllib.parse import quote, urlsplit
 
 import httpx
 
-from sidecar.errors import ConfigError
+from sidecar.errors import ConfigError, StartupError
 from sidecar.render import render_live, render_trial, render_trial_list
+from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
+
+if TYPE_CHECKING:
+    from sidecar.config import Config
 
 DEFAULT_ADMIN = "http://127.0.0.1:8791"
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+#: Libraries that write a line per HTTP request at INFO (httpx's client: "HTTP Request: ...").
+QUIET_LOGGERS = ("httpx", "httpcore", "aiohttp.access")
+
+
+def configure_logging(level: str) -> None:
+    """The sidecar's log at ``level``, with the libraries of :data:`QUIET_LOGGERS` at WARNING
+    or above, so no line per provider or API call reaches it below DEBUG.
+
+    (Provider calls drive their httpx transport directly, without the client that logs;
+    this keeps the log quiet should a client come back. The engine's process sets its own
+    logging from the root's level.)
+    """
+    number = logging.getLevelName(level)
+    logging.basicConfig(level=number, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
+
+
+# -- argument types: what cannot even be sent is refused here, the rest by the API --------------
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _key(text: str) -> str:
+    if not 1 <= len(text) <= MAX_KEY_CHARS or not (text.isascii() and text.isprintable()):
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to {MAX_KEY_CHARS} printable ASCII characters (letters, digits, punctuation, spaces)"
+        )
+    return text
+
+
+def _trial_id(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+#: ``trials create`` flags → where their value goes in the ``POST /v1/trials`` body.
+CREATE_FIELDS: dict[str, tuple[str, ...]] = {
+    "team": ("team",),
+    "incumbent": ("incumbent_model",),
+    "candidate": ("candidate_model",),
+    "cap_usd": ("spend_cap_usd",),
+    "sample_rate": ("sample_rate",),
+    "route": ("route",),
+    "gateway": ("gateway",),
+    "expected_cases": ("expected_cases",),
+    "tolerance": ("tolerance",),
+    "min_cases": ("min_cases",),
+    "audit_share": ("audit_share",),
+    "max_tokens": ("max_tokens",),
+    "judge_model": ("judge", "model"),
+    "judge_rubric": ("judge", "rubric"),
+    "judge_max_tokens": ("judge", "max_tokens"),
+    "judge_temperature": ("judge", "temperature"),
+    "candidate_price": ("candidate_price",),
+    "judge_price": ("judge_price",),
+    "incumbent_price": ("incumbent_price",),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the sidecar (tap + admin API)")
     serve.add_argument("--config", help="TOML config file (default $SHADOWTRIAL_CONFIG)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
 
     demo = sub.add_parser("demo", help="run the whole loop on simulated models, in one command")
     demo.add_argument("--exchanges", type=int, default=4000, help="most exchanges the simulated gateway sends")
@@ -54,25 +132,50 @@ def _parser() -> argparse.ArgumentParser:
 
     trials = sub.add_parser("trials", help="create, list, show and stop trials")
     tsub = trials.add_subparsers(dest="action", required=True)
-    create = tsub.add_parser("create", help="create a trial")
+    create = tsub.add_parser(
+        "create", help="create a trial",
+        description="Create a trial (POST /v1/trials). Each option is the body field of the same name; "
+                    "the API refuses values outside their documented ranges, naming the field.",
+    )
     client(create)
     create.add_argument("--team", required=True)
     create.add_argument("--incumbent", required=True, help="the served model, as the gateway names it")
     create.add_argument("--candidate", required=True, help="the model to trial (alias or name)")
-    create.add_argument("--cap-usd", type=float, required=True, help="hard spend cap of the trial, in US dollars")
-    create.add_argument("--sample-rate", type=float, default=0.1)
-    create.add_argument("--route")
-    create.add_argument("--gateway")
-    create.add_argument("--expected-cases", type=int)
-    create.add_argument("--tolerance", type=float)
-    create.add_argument("--judge-model")
-    create.add_argument("--idempotency-key", help="defaults to a fresh key, so a retried command cannot create two trials")
-    for name in ("list",):
-        client(tsub.add_parser(name, help=f"{name} trials"))
+    create.add_argument("--cap-usd", type=_finite, required=True, help="hard spend cap of the trial, in US dollars")
+    create.add_argument("--sample-rate", type=_finite, default=0.1, help="share of matching exchanges run (default 0.1)")
+    create.add_argument("--route", help="only exchanges of this route")
+    create.add_argument("--gateway", help="only exchanges from this gateway")
+    create.add_argument("--expected-cases", type=int, help="the trial's expected size; tunes the decision rule")
+    create.add_argument("--tolerance", type=_finite, help="equivalence margin on the win-rate scale (default 0.05)")
+    create.add_argument("--min-cases", type=int, help="judged cases before any decision (default 20)")
+    create.add_argument("--audit-share", type=_finite,
+                        help="share of cases judged again in swapped order (default: the config's judge.audit_share)")
+    create.add_argument("--max-tokens", type=int,
+                        help="output bound of a candidate call whose request set none (default: engine.default_max_tokens)")
+    create.add_argument("--judge-model", help="judge model (default: the config's judge.model)")
+    create.add_argument("--judge-rubric", help="judge rubric id (default: the config's judge.rubric)")
+    create.add_argument("--judge-max-tokens", type=int, help="output bound of a judge call")
+    create.add_argument("--judge-temperature", type=_finite, help="judge temperature (default 0)")
+    for arm in ("candidate", "judge", "incumbent"):
+        create.add_argument(
+            f"--{arm}-price", nargs=2, type=_finite, metavar=("INPUT", "OUTPUT"),
+            help=f"list price of the {arm} model in US dollars per million input and output tokens, "
+                 "when the config and the price map have none",
+        )
+    create.add_argument(
+        "--idempotency-key", type=_key,
+        help="a key of your choosing for this create: running the command again with the same key and the same "
+             "options prints the trial the first run created instead of creating another (the same key with other "
+             "options is refused, 409). Without one, every run creates a new trial.",
+    )
+    lst = tsub.add_parser("list", help="list trials")
+    client(lst)
+    lst.add_argument("--status", choices=STATUSES, help="only trials in this status")
+    lst.add_argument("--team", help="only trials of this team")
     for name in ("show", "stop"):
         sp = tsub.add_parser(name, help=f"{name} a trial")
         client(sp)
-        sp.add_argument("trial_id")
+        sp.add_argument("trial_id", type=_trial_id)
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
@@ -83,27 +186,64 @@ def _admin_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
     return (args.admin or environ.get("SHADOWTRIAL_ADMIN_URL") or DEFAULT_ADMIN).rstrip("/")
 
 
+def _trial_url(base: str, trial_id: str) -> str:
+    """The trial's URL with its id as one path segment, whatever it contains (``../../v1/live``
+    must not walk to another route; ``.`` and ``..`` alone are dot-segments unless encoded)."""
+    segment = trial_id.replace(".", "%2E") if set(trial_id) <= {"."} else quote(trial_id, safe="")
+    return f"{base}/v1/trials/{segment}"
+
+
+#: How much of an answer that is not the admin API's JSON is quoted.
+QUOTE_BYTES = 200
+
+
+def _first_bytes(r: httpx.Response) -> str:
+    text = r.content[:QUOTE_BYTES].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(r.content) > QUOTE_BYTES else "") if r.content else "an empty body"
+
+
 def _call(method: str, url: str, **kw: Any) -> dict[str, Any]:
     try:
         r = httpx.request(method, url, timeout=30.0, **kw)
+    except httpx.InvalidURL as exc:
+        raise SystemExit(f"shadowtrial: {url} is not a usable admin API URL: {exc}") from None
     except httpx.HTTPError as exc:
         raise SystemExit(f"shadowtrial: cannot reach the admin API at {url}: {exc}") from None
     try:
         data = r.json() if r.content else {}
     except ValueError:
         data = None
-    if not isinstance(data, dict):
-        # Some other server (a proxy's error page, a wrong port): say so rather than crash.
+    err = data.get("error") if isinstance(data, dict) else None
+    if r.status_code >= 400 and isinstance(err, dict) and err.get("code"):
+        field = f" (field {err['field']})" if err.get("field") else ""
+        raise SystemExit(f"shadowtrial: {r.status_code} {err['code']}: {err.get('message', '')}{field}")
+    if r.status_code >= 500:
+        # The server (or a proxy in front of it) failed; say so, with what it answered.
+        raise SystemExit(f"shadowtrial: {r.status_code} {r.reason_phrase} from {url}: the server failed; "
+                         f"it answered {_first_bytes(r)}")
+    if not isinstance(data, dict) or r.status_code >= 400:
+        # Some other server (a wrong port, a proxy's page): say so rather than crash.
         raise SystemExit(
             f"shadowtrial: {r.status_code} {r.reason_phrase} from {url}: the answer is not the admin API's JSON "
-            "(is --admin / $SHADOWTRIAL_ADMIN_URL the admin listener?)"
+            f"(is --admin / $SHADOWTRIAL_ADMIN_URL the admin listener?); it begins {_first_bytes(r)}"
         )
-    if r.status_code >= 400:
-        err = data.get("error")
-        err = err if isinstance(err, dict) else {}
-        field = f" (field {err['field']})" if err.get("field") else ""
-        raise SystemExit(f"shadowtrial: {r.status_code} {err.get('code', '')}: {err.get('message', r.text)}{field}")
     return data
+
+
+def create_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``POST /v1/trials`` body of ``trials create``: every option given, in the API's shape."""
+    body: dict[str, Any] = {}
+    for dest, path in CREATE_FIELDS.items():
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        if dest.endswith("_price"):
+            value = {"input_per_mtok_usd": value[0], "output_per_mtok_usd": value[1]}
+        target = body
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = value
+    return body
 
 
 def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -113,31 +253,78 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(json.dumps(data, indent=2) if args.json else render_live(data))
         return 0
     if args.action == "create":
-        body: dict[str, Any] = {
-            "team": args.team,
-            "incumbent_model": args.incumbent,
-            "candidate_model": args.candidate,
-            "spend_cap_usd": args.cap_usd,
-            "sample_rate": args.sample_rate,
-        }
-        for key, value in (("route", args.route), ("gateway", args.gateway), ("expected_cases", args.expected_cases),
-                           ("tolerance", args.tolerance)):
-            if value is not None:
-                body[key] = value
-        if args.judge_model:
-            body["judge"] = {"model": args.judge_model}
-        key = args.idempotency_key or uuid.uuid4().hex
-        data = _call("POST", f"{base}/v1/trials", json=body, headers={"Idempotency-Key": key})
+        headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
+        data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers)
     elif args.action == "list":
-        data = _call("GET", f"{base}/v1/trials")
-        print(json.dumps(data, indent=2) if args.json else render_trial_list(data["trials"]))
+        params = {k: v for k, v in (("status", args.status), ("team", args.team)) if v is not None}
+        data = _call("GET", f"{base}/v1/trials", params=params)
+        print(json.dumps(data, indent=2) if args.json else render_trial_list(data.get("trials", [])))
         return 0
     elif args.action == "show":
-        data = _call("GET", f"{base}/v1/trials/{args.trial_id}")
+        data = _call("GET", _trial_url(base, args.trial_id))
     else:
-        data = _call("POST", f"{base}/v1/trials/{args.trial_id}/stop")
+        data = _call("POST", _trial_url(base, args.trial_id) + "/stop")
     print(json.dumps(data, indent=2) if args.json else render_trial(data))
     return 0
+
+
+# -- start-up failures: one line naming the setting, exit status 2 ------------------------------
+
+
+def startup_error(exc: BaseException, config: Config) -> str | None:
+    """One line saying why ``serve`` could not start, naming the setting and its value, or
+    ``None`` for an exception that is not a known start-up failure (its traceback is shown)."""
+    from sidecar.engine.process import EngineStartError
+
+    if isinstance(exc, ConfigError):  # read after the config: the price map
+        map_file = config.prices.map_file
+        return f"config: prices.map_file: {exc}" if map_file and map_file in str(exc) else f"config: {exc}"
+    if isinstance(exc, StartupError):
+        return str(exc)
+    store = config.store
+    if store.url.startswith(("postgresql://", "postgres://")):
+        if isinstance(exc, OSError) or type(exc).__module__.partition(".")[0] == "asyncpg":
+            return f"store.url {_redact(store.url)}: cannot open the PostgreSQL store: {_one_line(exc)}"
+    elif isinstance(exc, sqlite3.Error):
+        path = store.url.removeprefix("sqlite://") if store.url else store.path
+        return f"store.path {path!r}: cannot open the SQLite store: {_one_line(exc)}{_why_not_sqlite(path)}"
+    if isinstance(exc, EngineStartError):
+        return f"{_one_line(exc)} (store {_redact(store.location)!r})"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _redact(url: str) -> str:
+    """A store URL without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return parts._replace(netloc=f"{user}:***@{netloc[2]}").geturl()
+
+
+def _why_not_sqlite(path: str) -> str:
+    """What the file system says about ``path``, as SQLite's own message does not."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "; it is a directory"
+    if not os.path.exists(parent):
+        return f"; directory {parent!r} does not exist"
+    if not os.path.isdir(parent):
+        return f"; {parent!r} is not a directory"
+    if os.path.exists(path):
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as err:
+            return f"; {err.strerror or err}"
+        return ""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"; directory {parent!r} is not writable"
+    return f"; no file can be created in {parent!r}"
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -147,13 +334,21 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from sidecar.app import serve
         from sidecar.config import load_config
 
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(args.log_level)
         try:
             config = load_config(args.config or env.get("SHADOWTRIAL_CONFIG"), env)
         except ConfigError as exc:
             print(f"shadowtrial: config: {exc}", file=sys.stderr)
             return 2
-        asyncio.run(serve(config))
+        try:
+            asyncio.run(serve(config))
+        except Exception as exc:
+            message = startup_error(exc, config)
+            if message is None:
+                raise
+            logging.getLogger("shadowtrial").debug("start-up failed", exc_info=exc)
+            print(f"shadowtrial: {message}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "fake-provider":
         from sidecar.demo.scenario import serve_fake_provider

@@ -59,11 +59,27 @@ __all__ = [
 ENV_PREFIX = "SHADOWTRIAL_"
 RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL"})  # read by the CLI, not config
 
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+# Ranges an operator's numbers are held to, in this file and in the admin API alike
+# (sidecar.trials uses the shared ones). Each bound is far beyond any sensible setting and
+# well inside what the arithmetic and the store hold (integers fit in 64 bits, seconds in a
+# timer); the README lists them.
+
+#: Tokens one call may produce (``max_tokens``): today's largest outputs are ~10^5.
+MAX_TOKENS = 1_000_000
+#: A list price, US dollars per million tokens; today's dearest models cost ~10^2.
+MAX_PRICE_PER_MTOK_USD = 10_000.0
+#: Prices are stored as whole micro-dollars per million tokens: a non-zero price below one
+#: would become a known zero, which it is not.
+MIN_NONZERO_PRICE_PER_MTOK_USD = 0.000001
+#: Any duration setting: one hour (a provider deadline: a day).
+MAX_SECONDS = 3600.0
+
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_SECONDS)]
+NonNegativeSeconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_SECONDS)]
 Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+PricePerMtok = Annotated[float, msgspec.Meta(ge=0, le=MAX_PRICE_PER_MTOK_USD)]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -116,8 +132,8 @@ class TapConfig(_Section, frozen=True):
     """
 
     listen: str = "127.0.0.1:8790"
-    max_body_bytes: PositiveInt = 4 * 1024 * 1024
-    queue_size: PositiveInt = 10_000
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
+    queue_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
     token_env: str = ""
 
     def _validate(self) -> None:
@@ -130,7 +146,7 @@ class AdminConfig(_Section, frozen=True):
 
     listen: str = "127.0.0.1:8791"
     #: An admin request that takes longer (a store that cannot answer) is ``503 store_unavailable``.
-    request_timeout_seconds: PositiveFloat = 10.0
+    request_timeout_seconds: Seconds = 10.0
 
     def _validate(self) -> None:
         split_listen(self.listen)
@@ -155,7 +171,7 @@ class StoreConfig(_Section, frozen=True):
     journal_dir: str = ""
     #: How long a store statement waits for a lock another connection or process holds
     #: before it fails (the admin API then answers 503; the engine retries, then counts).
-    lock_timeout_seconds: PositiveFloat = 10.0
+    lock_timeout_seconds: Seconds = 10.0
 
     def _validate(self) -> None:
         if not self.path:
@@ -186,17 +202,17 @@ class EngineConfig(_Section, frozen=True):
     candidate calls so the gateway's billing and rate limits can tell them apart.
     """
 
-    workers: PositiveInt = 16
-    drain_seconds: NonNegativeFloat = 10.0
-    default_max_tokens: PositiveInt = 1024
+    workers: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+    drain_seconds: NonNegativeSeconds = 10.0
+    default_max_tokens: Tokens = 1024
     shadow_header: str = "X-Shadowtrial-Shadow"
     #: How long this process's claim on its in-flight cases outlives its last
     #: heartbeat; after that a peer (or this host restarted) marks them indeterminate.
-    lease_seconds: PositiveFloat = 15.0
+    lease_seconds: Seconds = 15.0
     #: How often running trials are re-read from the store (trials created on peers).
-    refresh_seconds: PositiveFloat = 1.0
+    refresh_seconds: Seconds = 1.0
     #: How long a case waits for room under the cap that other cases' reservations hold.
-    reserve_wait_seconds: NonNegativeFloat = 30.0
+    reserve_wait_seconds: NonNegativeSeconds = 30.0
     #: ``process``: the engine runs in a process of its own, so a tap flood cannot take its
     #: CPU (one GIL each); ``thread``: on a thread of the sidecar's process (tests, tiny hosts).
     isolation: Literal["process", "thread"] = "process"
@@ -211,8 +227,8 @@ class JudgeConfig(_Section, frozen=True):
 
     model: str = ""
     rubric: str = "pairwise-v1"
-    temperature: NonNegativeFloat = 0.0
-    max_tokens: PositiveInt = 512
+    temperature: Temperature = 0.0
+    max_tokens: Tokens = 512
     audit_share: Share = 0.10
 
     def _validate(self) -> None:
@@ -237,11 +253,11 @@ class ProviderConfig(_Section, frozen=True):
     kind: Literal["openai", "anthropic"]
     base_url: str
     api_key_env: str = ""
-    timeout_s: PositiveFloat = 60.0
-    connect_timeout_s: PositiveFloat = 5.0
-    max_connections: PositiveInt = 32
-    deadline_s: PositiveFloat = 120.0
-    max_retries: NonNegativeInt = 3
+    timeout_s: Seconds = 60.0
+    connect_timeout_s: Seconds = 5.0
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 32
+    deadline_s: Annotated[float, msgspec.Meta(gt=0, le=24 * MAX_SECONDS)] = 120.0
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
 
     def _validate(self) -> None:
         parts = urlsplit(self.base_url)
@@ -260,12 +276,19 @@ class ModelConfig(_Section, frozen=True):
 
     provider: str
     model: str = ""
-    input_price_per_mtok: NonNegativeFloat | None = None
-    output_price_per_mtok: NonNegativeFloat | None = None
+    input_price_per_mtok: PricePerMtok | None = None
+    output_price_per_mtok: PricePerMtok | None = None
 
     def _validate(self) -> None:
         if (self.input_price_per_mtok is None) != (self.output_price_per_mtok is None):
             raise ValueError("set both input_price_per_mtok and output_price_per_mtok, or neither")
+        for name in ("input_price_per_mtok", "output_price_per_mtok"):
+            value = getattr(self, name)
+            if value is not None and 0 < value < MIN_NONZERO_PRICE_PER_MTOK_USD:
+                raise ValueError(
+                    f"{name} is 0 (a known zero) or at least {MIN_NONZERO_PRICE_PER_MTOK_USD:f} (one micro-dollar "
+                    f"per million tokens), got {value!r}"
+                )
 
     @property
     def price(self) -> Price | None:

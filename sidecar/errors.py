@@ -4,8 +4,10 @@
 
     SidecarError
      ├── ConfigError      operator input (config file, environment, price map) refused at start-up
+     ├── StartupError     the process cannot start as configured (a listen address in use, ...)
      └── ApiError         an admin API request refused; carries a stable code and an HTTP status
           ├── BadRequest          400 invalid_request (``field`` names the first bad one)
+          ├── UnsupportedEncoding 415 unsupported_content_encoding (a compressed admin body)
           ├── SpendUnbounded      422 spend_unbounded (a model of the trial has no list price)
           ├── NotFound            404 not_found
           ├── Conflict            409 (request_key_conflict, trial_not_running, ...)
@@ -27,6 +29,11 @@ class ConfigError(SidecarError):
     """Configuration could not be loaded; the message names the setting and never a secret."""
 
 
+class StartupError(SidecarError):
+    """``serve`` cannot start; the message is one line naming the setting and its value
+    (``admin.listen 127.0.0.1:8791: cannot listen: Address already in use``)."""
+
+
 class ApiError(SidecarError):
     """An admin API refusal. One middleware maps it to ``{"error": {code, message, field}}``."""
 
@@ -44,6 +51,11 @@ class ApiError(SidecarError):
 class BadRequest(ApiError):
     status = 400
     code = "invalid_request"
+
+
+class UnsupportedEncoding(ApiError):
+    status = 415
+    code = "unsupported_content_encoding"
 
 
 class SpendUnbounded(ApiError):

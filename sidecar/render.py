@@ -55,7 +55,7 @@ def render_trial(t: dict[str, Any]) -> str:
             )
         )
     outcomes = ", ".join(f"{k} {n}" for k, n in f["outcomes"].items() if n)
-    lines.append(f"  funnel       {f['total']} matched: {outcomes or 'nothing yet'}")
+    lines.append(f"  funnel       {f['total']} matched: {outcomes or 'nothing yet'}; {f.get('in_flight', 0)} in flight")
     return "\n".join(lines)
 
 

@@ -9,31 +9,57 @@ execution site and the team's prompt retention.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Callable
+from typing import Annotated, Callable, Sequence, get_args
 
 import msgspec
 
-from judge.errors import JudgeError
+from judge.errors import JudgeError, UnknownRubric
 from judge.version import JudgeSpec, judge_version
 from policies.money import Price
 from policies.site import execution_site
+from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE_PER_MTOK_USD
 from sidecar.errors import BadRequest, SpendUnbounded
-from sidecar.store.records import TrialRecord
+from sidecar.store.records import TrialRecord, TrialStatus
 from sidecar.ingest.wire import split_path
 
+#: The accepted ranges of the body's values, one place (shared ones with the config file in
+#: :mod:`sidecar.config`); the README's API section lists them and the OpenAPI document shows
+#: them (its schema is built from these annotations).
+MAX_CAP_USD = 1_000_000.0
+#: One micro-dollar: a smaller cap would be stored as zero.
+MIN_CAP_USD = 0.000001
+MAX_CASES = 10_000_000
+MIN_TOLERANCE = 0.001
+MAX_NAME_CHARS = 256
+
 Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-Dollars = Annotated[float, msgspec.Meta(ge=0.0)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS, description=f"1 to {MAX_TOKENS:,}")]
+Cases = Annotated[int, msgspec.Meta(ge=1, le=MAX_CASES, description=f"1 to {MAX_CASES:,}")]
+PriceUsd = Annotated[
+    float,
+    msgspec.Meta(
+        ge=0.0, le=MAX_PRICE_PER_MTOK_USD,
+        description=f"US dollars per million tokens: 0 (a known zero), or {MIN_NONZERO_PRICE_PER_MTOK_USD:f} "
+        f"to {MAX_PRICE_PER_MTOK_USD:,.0f}",
+    ),
+]
+#: No control characters, no whitespace at either end ("team-a " would silently match nothing).
+#: Lookaheads only: Python's ``$`` also matches before a final newline, ECMA's does not.
+NAME_PATTERN = r"^(?!\s)(?![\s\S]*[\x00-\x1f\x7f])(?![\s\S]*\s$)"
+NAME_RULE = f"1 to {MAX_NAME_CHARS} characters, no control characters, no whitespace at either end"
+Name = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN, description=NAME_RULE)
+]
 
 
 class PriceIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A list price in US dollars per million tokens."""
 
-    input_per_mtok_usd: Dollars
-    output_per_mtok_usd: Dollars
+    input_per_mtok_usd: PriceUsd
+    output_per_mtok_usd: PriceUsd
 
     def to_price(self) -> Price:
         return Price(round(self.input_per_mtok_usd * 1_000_000), round(self.output_per_mtok_usd * 1_000_000))
@@ -42,7 +68,7 @@ class PriceIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class JudgeIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     model: Name | None = None
     rubric: Name | None = None
-    max_tokens: PositiveInt | None = None
+    max_tokens: Tokens | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
 
 
@@ -52,15 +78,20 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     team: Name
     incumbent_model: Name
     candidate_model: Name
-    spend_cap_usd: Annotated[float, msgspec.Meta(gt=0.0)]
+    spend_cap_usd: Annotated[
+        float,
+        msgspec.Meta(ge=MIN_CAP_USD, le=MAX_CAP_USD, description=f"US dollars, {MIN_CAP_USD:f} to {MAX_CAP_USD:,.0f}"),
+    ]
     sample_rate: Rate = 0.1
     route: Name | None = None
     gateway: Name | None = None
-    expected_cases: PositiveInt = 1000
-    tolerance: Annotated[float, msgspec.Meta(gt=0.0, lt=0.5)] = 0.05
-    min_cases: PositiveInt = 20
+    expected_cases: Cases = 1000
+    tolerance: Annotated[
+        float, msgspec.Meta(ge=MIN_TOLERANCE, lt=0.5, description=f"win-rate scale, {MIN_TOLERANCE} to below 0.5")
+    ] = 0.05
+    min_cases: Cases = 20
     audit_share: Rate | None = None
-    max_tokens: PositiveInt | None = None
+    max_tokens: Tokens | None = None
     judge: JudgeIn | None = None
     candidate_price: PriceIn | None = None
     judge_price: PriceIn | None = None
@@ -68,16 +99,61 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 _create_decoder = msgspec.json.Decoder(TrialCreate)
+_PRICE_SHAPE = '{"input_per_mtok_usd": ..., "output_per_mtok_usd": ...}'
+_REGEX_MESSAGE = re.compile(r"Expected `str` matching regex '.*'")
 
 
 def decode_create(body: bytes) -> TrialCreate:
+    """Decode and check a create body; :class:`BadRequest` names the first bad field's JSON path."""
     try:
-        return _create_decoder.decode(body)
+        create = _create_decoder.decode(body)
     except msgspec.ValidationError as exc:
         message, path = split_path(str(exc))
-        raise BadRequest(message, field=path) from exc
+        # The name pattern is for machines (it is in the OpenAPI document); people get the rule.
+        raise BadRequest(_REGEX_MESSAGE.sub(f"Expected {NAME_RULE}", message), field=path) from exc
     except msgspec.DecodeError as exc:
         raise BadRequest(f"body is not JSON: {exc}") from exc
+    for path, price in (("$.candidate_price", create.candidate_price), ("$.judge_price", create.judge_price),
+                        ("$.incumbent_price", create.incumbent_price)):
+        if price is None:
+            continue
+        for name in ("input_per_mtok_usd", "output_per_mtok_usd"):
+            value = getattr(price, name)
+            if 0 < value < MIN_NONZERO_PRICE_PER_MTOK_USD:
+                raise BadRequest(
+                    f"a price is 0 (a known zero) or at least {MIN_NONZERO_PRICE_PER_MTOK_USD:f} dollars per million "
+                    f"tokens (one micro-dollar), got {value!r}",
+                    field=f"{path}.{name}",
+                )
+    return create
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_KEY_CHARS = 255
+#: For the OpenAPI document (ECMA semantics); the check itself is :func:`check_idempotency_key`.
+KEY_PATTERN = r"^[\x20-\x7e]+$"
+#: What ``GET /v1/trials?status=`` accepts.
+STATUSES: tuple[str, ...] = get_args(TrialStatus)
+
+
+def check_idempotency_key(values: Sequence[str]) -> str | None:
+    """The ``Idempotency-Key`` of a create request from its header values, or ``None``.
+
+    One header, 1 to 255 printable ASCII characters (spaces inside allowed); otherwise
+    :class:`BadRequest` naming the header. A non-UTF-8 value reaches here with surrogates
+    and is refused like any other non-ASCII one.
+    """
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"send one {IDEMPOTENCY_KEY} header, not {len(values)}", field=IDEMPOTENCY_KEY)
+    key = values[0]
+    if not 1 <= len(key) <= MAX_KEY_CHARS:
+        raise BadRequest(f"{IDEMPOTENCY_KEY} must be 1 to {MAX_KEY_CHARS} characters", field=IDEMPOTENCY_KEY)
+    if not (key.isascii() and key.isprintable()):
+        raise BadRequest(f"{IDEMPOTENCY_KEY} must be printable ASCII (letters, digits, punctuation, spaces)",
+                         field=IDEMPOTENCY_KEY)
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +200,8 @@ def build_trial(
             max_tokens=judge_in.max_tokens or defaults.judge_max_tokens,
         )
         version = judge_version(spec)
+    except UnknownRubric as exc:
+        raise BadRequest(str(exc), field="$.judge.rubric") from exc
     except JudgeError as exc:
         raise BadRequest(str(exc), field="$.judge") from exc
 
@@ -133,12 +211,14 @@ def build_trial(
     judge_price = body.judge_price.to_price() if body.judge_price else judge.price
     if cand_price is None:
         raise SpendUnbounded(
-            f"candidate model {body.candidate_model!r} has no list price; add one to the config or send candidate_price",
+            f"candidate model {body.candidate_model!r} has no list price; add one to the config or send "
+            f"candidate_price {_PRICE_SHAPE} (CLI: --candidate-price INPUT OUTPUT)",
             field="$.candidate_price",
         )
     if judge_price is None:
         raise SpendUnbounded(
-            f"judge model {judge_model!r} has no list price; add one to the config or send judge_price",
+            f"judge model {judge_model!r} has no list price; add one to the config or send "
+            f"judge_price {_PRICE_SHAPE} (CLI: --judge-price INPUT OUTPUT)",
             field="$.judge_price",
         )
     inc_price = body.incumbent_price.to_price() if body.incumbent_price else _try_price(resolve, body.incumbent_model)

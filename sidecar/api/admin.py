@@ -7,16 +7,19 @@ middleware maps :class:`sidecar.errors.ApiError` subclasses to their status.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
-from sidecar.errors import ApiError, BadRequest
+from sidecar.errors import ApiError, BadRequest, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.runtime import RUNTIME
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.trials import decode_create
+from sidecar.trials import (
+    IDEMPOTENCY_KEY, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, check_idempotency_key, decode_create,
+)
 from sidecar.api.views import evaluation, spend_view, summary, trial_view, verdict_view
 from sidecar.ingest.wire import encode
 
@@ -40,22 +43,68 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except ApiError as exc:
         return _error(exc.status, exc.code, exc.message, exc.field)
     except IdempotencyConflict as exc:
-        return _error(409, "request_key_conflict", str(exc), None)
+        return _error(409, "request_key_conflict", str(exc), IDEMPOTENCY_KEY)
     except web.HTTPRequestEntityTooLarge:
         return _error(413, "body_too_large", "request body too large")
+    except web.RequestPayloadError as exc:  # e.g. a broken chunked transfer
+        return _error(400, "invalid_request", f"the body could not be read: {_reason(exc)}")
     except web.HTTPException as exc:
         if exc.status >= 400:
-            return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+            response = _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+            if "Allow" in exc.headers:  # a 405 says what is allowed
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
         raise
+    except Exception:
+        # A defect, not a refusal: the caller still gets the documented shape, and the log the
+        # traceback (admin requests carry no prompt or answer content).
+        log.exception("admin %s %s failed", request.method, request.path)
+        return _error(500, "internal_error", "the sidecar failed on this request; its log has the details")
+
+
+def _reason(exc: Exception) -> str:
+    cause = exc.__cause__ or exc
+    return str(getattr(cause, "message", None) or cause).strip() or type(cause).__name__
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request body as sent. Bodies are small JSON documents, so none may be compressed:
+    a ``Content-Encoding`` other than ``identity`` is 415 naming the header (the app reads
+    bodies undecoded, so no encoding, broken or unknown, can fail below the API's error shape)."""
+    encodings = [e.strip().lower() for v in request.headers.getall("Content-Encoding", []) for e in v.split(",")]
+    if any(e not in ("", "identity") for e in encodings):
+        raise UnsupportedEncoding(
+            f"the admin API takes uncompressed JSON; Content-Encoding {', '.join(encodings)!r} is not accepted",
+            field="Content-Encoding",
+        )
+    return await request.read()
+
+
+#: ``GET /v1/trials`` filters; any other query parameter is refused, to catch typos.
+LIST_PARAMS = ("status", "team")
+
+
+def list_filters(request: web.Request) -> tuple[str | None, str | None]:
+    """``(status, team)`` from the query string; :class:`BadRequest` names a bad parameter."""
+    query = request.query
+    for name in query:
+        if name not in LIST_PARAMS:
+            raise BadRequest(f"unknown query parameter {name!r}; filters are {', '.join(LIST_PARAMS)}", field=name)
+        if len(query.getall(name)) > 1:
+            raise BadRequest(f"give {name} once", field=name)
+    status = query.get("status")
+    if status is not None and status not in STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(STATUSES)}, got {status!r}", field="status")
+    team = query.get("team")
+    if team is not None and not (1 <= len(team) <= MAX_NAME_CHARS and re.search(NAME_PATTERN, team)):
+        raise BadRequest(f"team must be {NAME_RULE}", field="team")
+    return status, team
 
 
 async def create_trial(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    raw = await request.read()
-    body = decode_create(raw)
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not (1 <= len(key) <= 255):
-        raise BadRequest("Idempotency-Key must be 1 to 255 characters", field="Idempotency-Key")
+    key = check_idempotency_key(request.headers.getall(IDEMPOTENCY_KEY, []))
+    body = decode_create(await read_body(request))
     # The key's fingerprint is the decoded body re-encoded (fields in schema order, defaults
     # filled in), so a retry that serialises the same request differently is still the same.
     record, created = await rt.create_trial(body, encode(body), key)
@@ -65,8 +114,7 @@ async def create_trial(request: web.Request) -> web.Response:
 
 async def list_trials(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    status = request.query.get("status")
-    team = request.query.get("team")
+    status, team = list_filters(request)
     records = await rt.store.list_trials(teams=[team] if team else None, status=status)
     items = []
     for r in records:
@@ -159,22 +207,57 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"X-Content-Type-Options": "nosniff"})
 
 
+async def expect_handler(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue`` is honoured as aiohttp does; any other expectation is 417 in
+    the API's error shape (aiohttp's own answer is plain text, and runs before any middleware)."""
+    expect = request.headers.get("Expect", "")
+    if expect.lower() != "100-continue":
+        return _error(417, "expectation_failed", f"Expect {expect!r} is not understood; only 100-continue is", "Expect")
+    if request.version == HttpVersion11:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the interim answer is not part of the response's size
+    return None
+
+
+async def no_route(request: web.Request) -> web.StreamResponse:
+    """What no route takes: 405 with the allowed methods where the path exists, else 404, as
+    aiohttp answers, but as a route of this app, so that ``expect_handler`` covers it too."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            allowed |= (await resource.resolve(request))[1]
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
+
+
 async def openapi(_request: web.Request) -> web.Response:
     return _json(openapi_document())
 
 
 def admin_app(rt: Any) -> web.Application:
+    # auto_decompress off: aiohttp would otherwise decode (or fail on) a Content-Encoding before
+    # any handler runs, answering plain text; read_body refuses encodings in the JSON shape.
     app = web.Application(
-        middlewares=[errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)], client_max_size=1 << 20
+        middlewares=[errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)],
+        client_max_size=1 << 20,
+        handler_args={"auto_decompress": False},
     )
     app[RUNTIME] = rt
-    app.router.add_post("/v1/trials", create_trial)
-    app.router.add_get("/v1/trials", list_trials)
-    app.router.add_get("/v1/trials/{trial_id}", get_trial)
-    app.router.add_post("/v1/trials/{trial_id}/stop", stop_trial)
-    app.router.add_get("/v1/live", live)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/openapi.json", openapi)
+    routes: list[tuple[str, str, Handler]] = [
+        ("POST", "/v1/trials", create_trial),
+        ("GET", "/v1/trials", list_trials),
+        ("GET", "/v1/trials/{trial_id}", get_trial),
+        ("POST", "/v1/trials/{trial_id}/stop", stop_trial),
+        ("GET", "/v1/live", live),
+        ("GET", "/healthz", healthz),
+        ("GET", "/readyz", readyz),
+        ("GET", "/metrics", metrics),
+        ("GET", "/openapi.json", openapi),
+    ]
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler, expect_handler=expect_handler)
+        if method == "GET":  # as add_get does
+            app.router.add_route("HEAD", path, handler, expect_handler=expect_handler)
+    app.router.add_route("*", "/{tail:.*}", no_route, expect_handler=expect_handler)  # last: the rest
     return app

@@ -12,7 +12,9 @@ from typing import Any
 
 import msgspec
 
-from sidecar.trials import TrialCreate
+from sidecar.trials import (
+    IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, TrialCreate,
+)
 from sidecar.ingest.wire import Exchange, TapReply
 
 _ERROR = {
@@ -50,7 +52,14 @@ def openapi_document() -> dict[str, Any]:
     )
     components["Error"] = _ERROR
     trial_id = [{"name": "trial_id", "in": "path", "required": True, "schema": {"type": "string"}}]
-    idem = [{"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}}]
+    idem = [{
+        "name": IDEMPOTENCY_KEY, "in": "header", "required": False,
+        "description": "the same key with the same body returns the original trial (200); with another body, "
+                       "409 request_key_conflict",
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS, "pattern": KEY_PATTERN},
+    }]
+    team_schema = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NAME_PATTERN,
+                   "description": NAME_RULE}
     return {
         "openapi": "3.1.0",
         "info": {"title": "shadowtrial", "version": "0.1.0"},
@@ -73,16 +82,17 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {
                         "201": {"description": "created"},
                         "200": {"description": "the trial first created with this Idempotency-Key"},
-                        **_errors(400, 409, 422),
+                        **_errors(400, 409, 413, 415, 422),
                     },
                 },
                 "get": {
                     "summary": "List trials",
+                    "description": "Any other query parameter, or one given twice, is 400 naming it.",
                     "parameters": [
-                        {"name": "status", "in": "query", "schema": {"type": "string"}},
-                        {"name": "team", "in": "query", "schema": {"type": "string"}},
+                        {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(STATUSES)}},
+                        {"name": "team", "in": "query", "schema": team_schema},
                     ],
-                    "responses": {"200": {"description": "trials"}},
+                    "responses": {"200": {"description": "trials"}, **_errors(400)},
                 },
             },
             "/v1/trials/{trial_id}": {

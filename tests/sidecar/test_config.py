@@ -108,7 +108,7 @@ def test_missing_file_and_bad_toml_are_config_errors(write: Write, tmp_path: pat
         (OPENAI.replace('"openai"\nbase', '"azure"\nbase'), "$.providers.openai.kind", "Invalid enum value 'azure'"),
         (OPENAI + "timeout_s = -1", "$.providers.openai.timeout_s", "> 0"),
         (OPENAI + "max_retries = -1", "$.providers.openai.max_retries", ">= 0"),
-        (OPENAI + "timeout_s = inf", "$.providers.openai", "timeout_s must be a finite number"),
+        (OPENAI + "timeout_s = inf", "$.providers.openai.timeout_s", "<= 3600"),
         ("[providers.x]\nkind = 'openai'", "$.providers.x", "missing required field `base_url`"),
         ("[providers.x]\nkind = 'openai'\nbase_url = 'api.openai.com'", "$.providers.x", "base_url must be"),
         ("[providers.x]\nkind = 'openai'\nbase_url = 'ftp://h/v1'", "$.providers.x", "base_url must be"),
@@ -123,6 +123,40 @@ def test_bad_settings_are_refused_with_their_path(write: Write, text: str, path:
     message = refused(write, text)
     assert what in message
     assert message.endswith(f"- at `{path}`")
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "what"),
+    [
+        (f"[judge]\nmax_tokens = {2**63 - 1}", "$.judge.max_tokens", "<= 1000000"),
+        ("[judge]\ntemperature = 1e300", "$.judge.temperature", "<= 2"),
+        (f"[engine]\ndefault_max_tokens = {2**63 - 1}", "$.engine.default_max_tokens", "<= 1000000"),
+        ("[engine]\nworkers = 100000", "$.engine.workers", "<= 1024"),
+        ("[engine]\nlease_seconds = 1e300", "$.engine.lease_seconds", "<= 3600"),
+        ("[engine]\ndrain_seconds = 1e300", "$.engine.drain_seconds", "<= 3600"),
+        ("[engine]\nreserve_wait_seconds = 1e300", "$.engine.reserve_wait_seconds", "<= 3600"),
+        (f"[tap]\nqueue_size = {2**62}", "$.tap.queue_size", "<= 10000000"),
+        (f"[tap]\nmax_body_bytes = {2**62}", "$.tap.max_body_bytes", f"<= {1 << 30}"),
+        (OPENAI + "deadline_s = 1e300", "$.providers.openai.deadline_s", "<= 86400"),
+        (OPENAI + "max_retries = 1000000", "$.providers.openai.max_retries", "<= 100"),
+        (OPENAI + "max_connections = 1000000", "$.providers.openai.max_connections", "<= 10000"),
+        (OPENAI + "[models.m]\nprovider = 'openai'\ninput_price_per_mtok = 1e13\noutput_price_per_mtok = 1",
+         "$.models.m.input_price_per_mtok", "<= 10000"),
+        (OPENAI + "[models.m]\nprovider = 'openai'\ninput_price_per_mtok = 1e-300\noutput_price_per_mtok = 1",
+         "$.models.m", "input_price_per_mtok is 0 (a known zero) or at least 0.000001"),
+    ],
+)
+def test_settings_outside_their_documented_range_are_refused(write: Write, text: str, path: str, what: str) -> None:
+    """Issue 8 item 4: values the arithmetic or the store cannot hold (a judge's max_tokens of
+    2**63 - 1, a price that rounds to a zero) are refused at start-up, naming the key."""
+    message = refused(write, text)
+    assert what in message, message
+    assert message.endswith(f"- at `{path}`")
+
+
+def test_a_configured_zero_price_is_still_a_known_zero(write: Write) -> None:
+    config = load(write, OPENAI + "[models.m]\nprovider = 'openai'\ninput_price_per_mtok = 0\noutput_price_per_mtok = 0")
+    assert config.models["m"].price is not None and config.models["m"].price.input_per_mtok == 0
 
 
 @pytest.mark.parametrize("listen", ["8790", "localhost", ":8790", "host:", "host:port", "h:65536", "::1:8790", "h:-1"])
