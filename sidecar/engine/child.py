@@ -88,7 +88,8 @@ class _Child:
         try:
             await self.engine.start()
         except Exception as exc:
-            log.exception("the engine could not start")
+            # The sidecar's process reports it, in one line; the traceback only at DEBUG.
+            log.debug("the engine could not start", exc_info=True)
             self._send(("failed", f"{type(exc).__name__}: {exc}"))
             return
         self._send(("hello", self.engine.owner, list(self.engine.recovered)))

@@ -34,6 +34,7 @@ from typing import Collection, Sequence
 import msgspec
 
 from sidecar.engine.engine import Claim
+from sidecar.errors import StartupError
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 
 log = logging.getLogger("shadowtrial.journal")
@@ -45,7 +46,7 @@ _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, Exchange | None]])
 
 
-class JournalInUse(RuntimeError):
+class JournalInUse(StartupError):
     """Another sidecar holds the journal directory."""
 
 
@@ -72,16 +73,20 @@ class Journal:
         """Take the directory and start a new segment; returns, unnumbered, the claims a
         previous life left. The caller numbers them, offers them, writes (:meth:`write`) those the
         hand-off took, then calls :meth:`forget_previous`."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._lockfile = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._lockfile = os.open(self.dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StartupError(f"store.journal_dir {str(self.dir)!r}: cannot open the intake journal: "
+                               f"{exc.strerror or exc}") from None
         try:
             fcntl.flock(self._lockfile, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lockfile)
             self._lockfile = None
             raise JournalInUse(
-                f"the intake journal {self.dir} is in use by another sidecar; "
-                "give each sidecar a directory of its own (store.journal_dir)"
+                f"store.journal_dir {str(self.dir)!r}: the intake journal is in use by another sidecar; "
+                "give each sidecar a directory of its own"
             ) from None
         self._previous = sorted(self.dir.glob("segment-*.bin"))
         left: list[Claim] = []
