@@ -397,6 +397,7 @@ EXAMPLE_ENV = {
     "vllm.toml": {"VLLM_API_KEY": "vllm-key", "SHADOWTRIAL_TAP_TOKEN": "tap-token"},
     "openai.toml": {"OPENAI_API_KEY": "sk-openai"},
     "anthropic.toml": {"ANTHROPIC_API_KEY": "sk-ant"},
+    "fake.toml": {},
 }
 
 
