@@ -18,7 +18,7 @@ from aiohttp import web
 from sidecar.api.admin import admin_app
 from sidecar.config import Config
 from sidecar.runtime import Runtime
-from sidecar.ingest.tap import tap_app
+from sidecar.ingest.tap import tap_runner
 
 log = logging.getLogger("shadowtrial")
 
@@ -51,7 +51,7 @@ class Sidecar:
         admin_site = web.TCPSite(self._admin_runner, host, port)
         await admin_site.start()
         self.admin_url = _url(self._admin_runner)
-        self._tap_runner = web.AppRunner(tap_app(self.runtime), access_log=None)
+        self._tap_runner = tap_runner(self.runtime)
         await self._tap_runner.setup()
         host, port = _split(cfg.tap.listen)
         tap_site = web.TCPSite(self._tap_runner, host, port)
