@@ -20,7 +20,7 @@ from sidecar.api.admin import admin_app
 from sidecar.config import Config
 from sidecar.errors import StartupError
 from sidecar.runtime import Runtime
-from sidecar.ingest.tap import tap_app
+from sidecar.ingest.tap import tap_runner
 
 log = logging.getLogger("shadowtrial")
 
@@ -52,7 +52,7 @@ class Sidecar:
             await self._admin_runner.setup()
             await _bind(self._admin_runner, "admin.listen", cfg.admin.listen)
             self.admin_url = _url(self._admin_runner)
-            self._tap_runner = web.AppRunner(tap_app(self.runtime), access_log=None)
+            self._tap_runner = tap_runner(self.runtime)
             await self._tap_runner.setup()
             await _bind(self._tap_runner, "tap.listen", cfg.tap.listen)
             self.tap_url = _url(self._tap_runner)

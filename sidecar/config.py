@@ -129,12 +129,21 @@ class TapConfig(_Section, frozen=True):
 
     ``token_env`` names an environment variable holding a shared token the tap
     then requires; empty means no token (fine on loopback).
+
+    ``read_timeout_seconds`` bounds how long a request's body may take to arrive
+    once its headers have (a stalled or trickled body gets ``408`` and the
+    connection is closed). ``idle_timeout_seconds`` bounds how long a connection
+    may sit without a complete request — before its first, between two, or with
+    its headers unfinished — before the tap closes it.
     """
 
     listen: str = "127.0.0.1:8790"
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
     queue_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
     token_env: str = ""
+    #: Seconds, positive, at most an hour.
+    read_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
+    idle_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
 
     def _validate(self) -> None:
         split_listen(self.listen)

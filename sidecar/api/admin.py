@@ -192,9 +192,13 @@ async def metrics(request: web.Request) -> web.Response:
     metric("shadowtrial_exchanges_received_total", "counter", "Exchanges decoded by the tap.", c["exchanges_received"])
     metric("shadowtrial_cases_sampled_total", "counter", "Cases offered to the intake queue.", c["cases_sampled"])
     metric("shadowtrial_cases_shed_total", "counter", "Cases shed by reason.", c["cases_shed"], '{reason="queue_full"}')
-    for reason in ("malformed", "too_large"):
+    for reason in ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding"):
         metric("shadowtrial_tap_rejected_total", "counter", "Tap requests refused by reason.",
                c[f"tap_rejected_{reason}"], f'{{reason="{reason}"}}')
+    for field in ("cost_usd", "latency_ms", "input_tokens", "output_tokens"):
+        metric("shadowtrial_tap_figures_excluded_total", "counter",
+               "Gateway figures out of range, accepted as not reported, by field.",
+               c[f"tap_figures_excluded_{field}"], f'{{field="{field}"}}')
     metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.handoff.depth)
     metric("shadowtrial_cases_in_flight", "gauge", "Cases being dispatched or judged.", rt.engine.in_flight)
     metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.routing.current))

@@ -2,39 +2,86 @@
 
 ``POST /v1/exchanges`` answers ``202 {"accepted", "sampled", "shed"}`` as soon as
 the batch is decoded and its sampled claims are offered to the engine's
-hand-off; it never waits for a dispatch, the store or the engine's loop. Malformed input is ``400`` with the path of the
-first bad field; a body over the limit is ``413``; unknown fields are ignored.
+hand-off; it never waits for a dispatch, the store or the engine's loop.
+
+Every refusal is ``{"error": {"code", "message", "field"}}``:
+
+- ``400 invalid_exchange`` — the body is not exchanges (the path of the first bad
+  field in ``field``), or a value the engine relies on is out of range
+  (:mod:`sidecar.ingest.screen`); nothing of the batch is counted;
+- ``401 unauthorized`` — ``tap.token_env`` is set and the request does not carry
+  exactly one ``Authorization: Bearer <token>`` with that token (the scheme in any
+  case, one space, the token compared in constant time);
+- ``408 read_timeout`` — the body did not arrive within ``tap.read_timeout_seconds``
+  (the connection is closed after the answer);
+- ``413 body_too_large`` — over ``tap.max_body_bytes``, after decompression;
+- ``415 unsupported_encoding`` — a ``Content-Encoding`` other than ``gzip``
+  (``identity`` is no encoding);
+- ``404``/``405`` for other paths and methods, ``500 internal_error`` for a bug
+  (logged by exception type only: an exception's message may echo content).
+
+A connection idle for ``tap.idle_timeout_seconds`` — before its first request,
+between requests, or with its request headers unfinished — is closed (aiohttp's
+keep-alive timer, armed from the moment the connection is made).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import re
+import zlib
 from collections import Counter
+from typing import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
 from sidecar.ingest.journal import Journal
 from sidecar.runtime import RUNTIME, Runtime
-from sidecar.ingest.wire import DecodeError, TapReply, decode_exchanges, encode
+from sidecar.ingest.screen import screen_batch
+from sidecar.ingest.wire import DecodeError, TapReply, decode_batch, encode
 
 log = logging.getLogger("shadowtrial.tap")
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> web.Response:
+#: The token of ``Authorization: <scheme> <token>``: visible ASCII, no spaces (RFC 9110 token68 and more).
+_CREDENTIALS = re.compile(r"[\x21-\x7e]+")
+_GZIP = frozenset({"gzip", "x-gzip"})
+
+
+
+def _error(
+    status: int, code: str, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> web.Response:
     body = {"error": {"code": code, "message": message, "field": field}}
-    return web.Response(status=status, body=encode(body), content_type="application/json")
+    return web.Response(status=status, body=encode(body), content_type="application/json", headers=headers)
+
+
+class _Refused(Exception):
+    """A request the tap answers with an error (raised while reading the body);
+    ``reason`` is the ``shadowtrial_tap_rejected_total`` label it is counted under."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, reason: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.response = _error(status, code, message, headers=headers)
+        self.reason = reason
 
 
 def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
-    """Decode, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
+    """Decode, screen, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
 
     A claim goes to the sink of its trial's pinned execution site; a full sink
     refuses the newest claims, which are counted ``shed_queue_full`` (``shed_stopped``
     once the sink closed: stopping, or its engine's process died)."""
-    exchanges = decode_exchanges(body, content_type)
+    screened = screen_batch(decode_batch(body, content_type))
+    exchanges = screened.exchanges
     routes = rt.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
     claims: dict[str, list[Claim]] = {}
@@ -68,6 +115,8 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
             counts[(claim.trial_id, refused)] += 1
     if counts:
         rt.funnel.add_many(counts)
+    for figure, n in screened.excluded.items():
+        rt.counters[f"tap_figures_excluded_{figure}"] += n
     rt.counters["exchanges_received"] += len(exchanges)
     rt.counters["cases_sampled"] += sampled
     rt.counters["cases_shed"] += shed
@@ -84,18 +133,91 @@ def _write(rt: Runtime, journal: Journal, claims: list[Claim], content_free: set
             log.error("intake journal write failed (%s): sampled cases are not crash-safe", exc.strerror)
 
 
-async def post_exchanges(request: web.Request) -> web.Response:
+def bearer_token(values: list[str]) -> bytes | None:
+    """The token of exactly one ``Authorization: Bearer <token>`` header, or None.
+
+    The scheme is case-insensitive (RFC 9110); one space separates it from one
+    token of visible ASCII. A bare token, another scheme, extra spaces, several
+    tokens, a non-ASCII value or several ``Authorization`` headers give None."""
+    if len(values) != 1:
+        return None
+    scheme, sep, credentials = values[0].partition(" ")
+    if not sep or scheme.lower() != "bearer" or not _CREDENTIALS.fullmatch(credentials):
+        return None
+    return credentials.encode("ascii")
+
+
+def _authorised(request: web.Request, token: bytes) -> bool:
+    given = bearer_token(request.headers.getall("Authorization", []))
+    # compare_digest on bytes: its time does not depend on where the two differ.
+    return given is not None and hmac.compare_digest(given, token)
+
+
+def _content_codings(request: web.Request) -> list[str]:
+    codings = (c.strip().lower() for v in request.headers.getall("Content-Encoding", []) for c in v.split(","))
+    return [c for c in codings if c and c != "identity"]
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+    """Decompress a gzip body (all its members) to at most ``limit`` bytes, never more in memory."""
+    out: list[bytes] = []
+    size = 0
+    rest = raw
+    while True:
+        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            chunk = d.decompress(rest, limit - size + 1)
+        except zlib.error:
+            raise _Refused(
+                400, "invalid_encoding", "the body is not valid gzip (Content-Encoding: gzip)", reason="malformed"
+            ) from None
+        size += len(chunk)
+        out.append(chunk)
+        if size > limit:
+            raise _Refused(413, "body_too_large", f"body exceeds {limit} bytes once decompressed", reason="too_large")
+        if not d.eof:
+            raise _Refused(400, "invalid_encoding", "the gzip body is truncated", reason="malformed")
+        rest = d.unused_data
+        if not rest.strip(b"\0"):  # some encoders pad the last member with zeros
+            return b"".join(out)
+
+
+async def _read_body(request: web.Request, rt: Runtime) -> bytes:
+    """The request body, decoded; raises :class:`_Refused`."""
+    tap = rt.config.tap
+    codings = _content_codings(request)
+    if codings and (len(codings) > 1 or codings[0] not in _GZIP):
+        raise _Refused(
+            415, "unsupported_encoding", "Content-Encoding must be gzip or none",
+            reason="unsupported_encoding", headers={"Accept-Encoding": "gzip"},
+        )
+    try:
+        async with asyncio.timeout(tap.read_timeout_seconds):
+            raw = await request.read()
+    except TimeoutError:
+        raise _Refused(
+            408, "read_timeout", f"the body did not arrive within {tap.read_timeout_seconds} s", reason="read_timeout"
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise _Refused(413, "body_too_large", f"body exceeds {tap.max_body_bytes} bytes", reason="too_large") from None
+    except HttpProcessingError as exc:  # a broken chunked encoding, a body shorter than its Content-Length
+        raise _Refused(400, "invalid_body", exc.message or "the body could not be read", reason="malformed") from None
+    return _gunzip(raw, tap.max_body_bytes) if codings else raw
+
+
+async def post_exchanges(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
     token = rt.tap_token
-    if token is not None:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            return _error(401, "unauthorized", "tap token missing or wrong")
+    if token is not None and not _authorised(request, token.encode()):
+        rt.counters["tap_rejected_unauthorized"] += 1
+        return _error(401, "unauthorized", "tap token missing or wrong", headers={"WWW-Authenticate": "Bearer"})
     try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        rt.counters["tap_rejected_too_large"] += 1
-        return _error(413, "body_too_large", f"body exceeds {rt.config.tap.max_body_bytes} bytes")
+        body = await _read_body(request, rt)
+    except _Refused as refused:
+        rt.counters[f"tap_rejected_{refused.reason}"] += 1
+        if refused.reason == "read_timeout":
+            return await _answer_and_close(request, refused.response)
+        return refused.response
     try:
         reply = ingest(rt, body, request.content_type)
     except DecodeError as exc:
@@ -104,13 +226,65 @@ async def post_exchanges(request: web.Request) -> web.Response:
     return web.Response(status=202, body=encode(reply), content_type="application/json")
 
 
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response`` and close the connection at once: a stalled client gets no
+    lingering time to keep it open (aiohttp would otherwise read on for a while)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
+@web.middleware
+async def tap_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error the tap answers is JSON: aiohttp's own (404, 405) and a bug's (500)."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except Exception as exc:
+        # The type only: the message of an unexpected error may echo an exchange's content.
+        log.error("tap request failed unexpectedly: %s", type(exc).__name__)
+        request.app[RUNTIME].counters["tap_failed"] += 1
+        return _error(500, "internal_error", "the tap failed to handle the request; it was not ingested")
+
+
 async def tap_healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
 def tap_app(rt: Runtime) -> web.Application:
-    app = web.Application(client_max_size=rt.config.tap.max_body_bytes)
+    """The tap's routes; serve them with :func:`tap_runner` (it decodes gzip itself)."""
+    app = web.Application(client_max_size=rt.config.tap.max_body_bytes, middlewares=[tap_errors])
     app[RUNTIME] = rt
     app.router.add_post("/v1/exchanges", post_exchanges)
     app.router.add_get("/healthz", tap_healthz)
     return app
+
+
+def tap_runner(rt: Runtime) -> web.AppRunner:
+    """The tap's runner: the idle timeout on its connections, gzip left to the handler.
+
+    aiohttp arms its keep-alive timer when a connection is made and after each
+    answer, and closes the connection when it fires while no request is
+    complete, so ``keepalive_timeout`` bounds idle connections and unfinished
+    headers alike. After an answer given before the body was read (401, 413),
+    aiohttp reads on for ``lingering_time`` so the client sees the answer rather
+    than a reset; that is bounded by the read timeout too. The handler
+    decompresses bodies itself, bounded by ``max_body_bytes`` (``client_max_size``
+    then bounds the compressed bytes)."""
+    tap = rt.config.tap
+    return web.AppRunner(
+        tap_app(rt),
+        access_log=None,
+        keepalive_timeout=tap.idle_timeout_seconds,
+        lingering_time=min(tap.read_timeout_seconds, _LINGERING_S),
+        auto_decompress=False,
+    )
+
+
+#: aiohttp's default lingering time, kept as the most a refused body is read on.
+_LINGERING_S = 10.0

@@ -3,12 +3,16 @@
 Gateways are newer or older than the sidecar, so unknown fields are ignored
 (msgspec's default) and every field added later gets a default. Decoders are
 built once at import of this module (no I/O) and reused.
+
+This module checks the *shape* (types, required fields, a non-empty
+``exchange_id``, nesting the decoder can follow); the values the engine relies
+on are checked after decoding by :mod:`sidecar.ingest.screen`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -44,7 +48,8 @@ class ExchangeResponse(msgspec.Struct, frozen=True):
 class Exchange(msgspec.Struct, frozen=True):
     """One served exchange, as the gateway hands it over."""
 
-    exchange_id: str
+    #: The gateway's request id: the identity of the case, so never empty.
+    exchange_id: Annotated[str, msgspec.Meta(min_length=1)]
     team: str
     model: str
     request: ExchangeRequest
@@ -112,12 +117,31 @@ def _first_line_is_json(body: bytes) -> bool:
 
 
 def decode_exchanges(body: bytes, content_type: str = "") -> list[Exchange]:
+    """The exchanges of :func:`decode_batch`, without their paths."""
+    return [ex for _, ex in decode_batch(body, content_type)]
+
+
+def decode_batch(body: bytes, content_type: str = "") -> list[tuple[str, Exchange]]:
     """Decode one exchange, a JSON array, or NDJSON (one exchange per line).
 
+    Returns each exchange with the JSON path of where it sits in the body
+    (``$``, ``$[3]``, ``line 4: $``), for errors found after decoding.
     NDJSON is recognised by its content type (``application/x-ndjson``) or,
     failing that, by a body that is neither an object nor an array as a whole.
-    Raises :class:`DecodeError` naming the first bad field.
+    Raises :class:`DecodeError` naming the first bad field; a body nested deeper
+    than the decoder follows (Python's recursion limit, about a thousand levels),
+    even inside a field that would be ignored, is a :class:`DecodeError` too.
     """
+    try:
+        return _decode_batch(body, content_type)
+    except RecursionError:
+        raise DecodeError(_TOO_DEEP, "$") from None
+
+
+_TOO_DEEP = "JSON nested too deeply to decode"
+
+
+def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
     stripped = body.lstrip()
     if not stripped:
         raise DecodeError("empty body", None)
@@ -125,8 +149,8 @@ def decode_exchanges(body: bytes, content_type: str = "") -> list[Exchange]:
     if not ndjson:
         try:
             if stripped[:1] == b"[":
-                return _many.decode(body)
-            return [_one.decode(body)]
+                return [(f"$[{i}]", ex) for i, ex in enumerate(_many.decode(body))]
+            return [("$", _one.decode(body))]
         except msgspec.ValidationError as exc:
             # NDJSON without the header whose *first* line is invalid fails here before the
             # decoder reaches the second document; read it line by line so the error names
@@ -138,15 +162,18 @@ def decode_exchanges(body: bytes, content_type: str = "") -> list[Exchange]:
             if b"\n" not in stripped.rstrip():
                 raise DecodeError(str(exc), None) from exc
             # Several JSON documents on several lines: NDJSON without the header.
-    out: list[Exchange] = []
+    out: list[tuple[str, Exchange]] = []
     for lineno, line in enumerate(body.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"line {lineno}: "
         try:
-            out.append(_one.decode(line))
+            out.append((f"{where}$", _one.decode(line)))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             msg, path = split_path(str(exc))
-            raise DecodeError(f"line {lineno}: {msg}", f"line {lineno}: {path or '$'}") from exc
+            raise DecodeError(f"{where}{msg}", f"{where}{path or '$'}") from exc
+        except RecursionError:
+            raise DecodeError(f"{where}{_TOO_DEEP}", f"{where}$") from None
     if not out:
         raise DecodeError("empty body", None)
     return out

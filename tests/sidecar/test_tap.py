@@ -299,3 +299,44 @@ async def test_tap_token_is_required_when_configured(tmp_path: Path) -> None:
         assert r.json() == {"accepted": 1, "sampled": 1, "shed": 0}
         view = await h.settle(trial["id"], 1)
         assert view["funnel"]["total"] == 1
+
+
+async def test_tap_auth_takes_exactly_one_bearer_token_in_any_case(tmp_path: Path) -> None:
+    env = {"TAP_SHARED_TOKEN": "s3cret-tap-token"}
+    async with Harness(tmp_path, tap_token_env="TAP_SHARED_TOKEN", environ=env) as h:
+        trial = await h.create_trial(sample_rate=1.0)
+        refused = (
+            "s3cret-tap-token",  # a bare token, no scheme
+            "Bearer  s3cret-tap-token",  # two spaces
+            "Bearer\ts3cret-tap-token",
+            "Bearer s3cret-tap-token s3cret-tap-token",  # two tokens
+            "Bearer s3cret-tap-token extra",
+            "Bearers3cret-tap-token",
+            "Bearer",
+            "Token s3cret-tap-token",
+            "Basic s3cret-tap-token",
+        )
+        for i, value in enumerate(refused):
+            r = await post(h, json.dumps([exchange(i)]).encode(), Authorization=value)
+            assert r.status_code == 401, (value, r.text)
+            assert error_of(r)["code"] == "unauthorized"
+            assert r.headers["WWW-Authenticate"] == "Bearer"
+        # Two Authorization headers, even both right: refused.
+        assert h.tap
+        both = httpx.Headers([("Authorization", "Bearer s3cret-tap-token")] * 2)
+        r = await h.tap.post("/v1/exchanges", content=json.dumps([exchange(50)]).encode(), headers=both)
+        assert r.status_code == 401, r.text
+        assert h.runtime.counters["exchanges_received"] == 0
+        assert h.runtime.counters["tap_rejected_unauthorized"] == len(refused) + 1
+
+        # The scheme is case-insensitive (RFC 9110); the token is not.
+        for i, value in enumerate(("bearer s3cret-tap-token", "BEARER s3cret-tap-token", "BeArEr s3cret-tap-token")):
+            r = await post(h, json.dumps([exchange(100 + i)]).encode(), Authorization=value)
+            assert r.status_code == 202, (value, r.text)
+        r = await post(h, json.dumps([exchange(200)]).encode(), Authorization="Bearer S3CRET-TAP-TOKEN")
+        assert r.status_code == 401
+        view = await h.settle(trial["id"], 3)
+        assert view["funnel"]["total"] == 3
+        # /healthz stays open: an orchestrator probes it without the token.
+        r = await h.tap.get("/healthz")
+        assert r.status_code == 200 and r.json() == {"status": "ok"}

@@ -1,0 +1,143 @@
+"""What the tap checks of a decoded exchange before anything else may use it.
+
+:mod:`sidecar.ingest.wire` checks the shape; this module checks the values,
+so nothing that reaches the engine can crash a case or poison the paired view.
+Per field, on purpose:
+
+- **Refused with the batch** (``400``, the path of the field, nothing of the
+  batch counted): what the candidate call is built from. ``request.params.
+  max_tokens`` and ``max_completion_tokens`` must be ``null`` or an integer
+  from 1 to :data:`MAX_TOKENS_PARAM` (the served request could not have had
+  anything else, and the reservation is computed from it); ``request.messages``
+  and ``request.params`` may nest at most :data:`MAX_NESTING` levels, counting
+  the exchange object as level 1 (a real conversation with tool schemas nests
+  a dozen). A gateway sending these is misconfigured: refusing the batch, as
+  for a wrong type, makes that visible instead of running half of it.
+- **Excluded and counted** (the exchange is accepted, the figure is treated as
+  not reported — *unknown*, never zero): the gateway's own figures, which feed
+  only the paired cost and latency view, never the verdict. ``latency_ms``
+  outside 0..:data:`MAX_LATENCY_MS`, ``usage.cost_usd`` outside
+  0..:data:`MAX_COST_USD`, a token count outside 0..:data:`MAX_TOKEN_FIGURE`
+  (any of them not finite). Each exclusion is counted by field
+  (``shadowtrial_tap_figures_excluded_total{field=...}``, token aliases under
+  their canonical name). A bad meter must not cost the quality evidence of a
+  good exchange; an excluded cost falls back to list price × tokens, or is
+  unknown.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, NamedTuple
+
+import msgspec
+
+from sidecar.ingest.wire import DecodeError, Exchange, encode
+
+#: Deepest nesting of arrays and objects allowed in an exchange's request (the exchange is level 1).
+MAX_NESTING = 64
+#: Largest ``max_tokens`` / ``max_completion_tokens`` accepted (a 32-bit signed integer, what providers take).
+MAX_TOKENS_PARAM = 2**31 - 1
+#: Largest token count taken from a gateway's usage (ten times the largest context window offered).
+MAX_TOKEN_FIGURE = 10**8
+#: Largest gateway-computed cost of one exchange taken, in US dollars.
+MAX_COST_USD = 10_000.0
+#: Largest served latency taken, in milliseconds (a day).
+MAX_LATENCY_MS = 86_400_000.0
+
+#: The figures that can be excluded, as counted (content-free label values).
+FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
+
+_TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
+# request (2) -> messages / params (3) -> a message / a parameter's value (4)
+_ITEM_LEVEL = 4
+
+
+class Screened(NamedTuple):
+    """Exchanges fit to use, and how many figures were excluded, by field."""
+
+    exchanges: list[Exchange]
+    excluded: Counter[str]
+
+
+def screen_batch(items: Iterable[tuple[str, Exchange]]) -> Screened:
+    """Check every exchange of a decoded batch (with its path, from :func:`~sidecar.ingest.wire.decode_batch`).
+
+    Raises :class:`DecodeError` naming the first refused field; otherwise returns the
+    exchanges, figures out of range removed."""
+    out: list[Exchange] = []
+    excluded: Counter[str] = Counter()
+    for where, ex in items:
+        _check_request(ex, where)
+        out.append(_with_sane_figures(ex, excluded))
+    return Screened(out, excluded)
+
+
+def _check_request(ex: Exchange, where: str) -> None:
+    params = ex.request.params
+    for name in _TOKEN_PARAMS:
+        value = params.get(name)
+        # bool is an int to Python, not a token count; a float is not a count either.
+        if value is not None and not (type(value) is int and 1 <= value <= MAX_TOKENS_PARAM):
+            raise DecodeError(
+                f"{name} must be null or an integer from 1 to {MAX_TOKENS_PARAM}", f"{where}.request.params.{name}"
+            )
+    room = MAX_NESTING - _ITEM_LEVEL
+    for i, message in enumerate(ex.request.messages):
+        if _deeper_than(message, room):
+            raise DecodeError(f"nested more than {MAX_NESTING} levels", f"{where}.request.messages[{i}]")
+    for name, value in params.items():
+        if (type(value) is dict or type(value) is list) and _deeper_than(value, room):
+            key = f".{name}" if name.isidentifier() else f"[{encode(name).decode()}]"
+            raise DecodeError(f"nested more than {MAX_NESTING} levels", f"{where}.request.params{key}")
+
+
+def _deeper_than(node: dict[str, Any] | list[Any], room: int) -> bool:
+    """Whether the object or array ``node``, with ``room`` levels allowed below it, nests deeper.
+
+    Recursive, but never deeper than ``room`` (at most :data:`MAX_NESTING`) calls."""
+    for child in node.values() if type(node) is dict else node:
+        if type(child) is dict or type(child) is list:  # what the JSON decoder builds, exactly
+            if room == 0 or _deeper_than(child, room - 1):
+                return True
+    return False
+
+
+def _fits(value: float | None, high: float) -> bool:
+    # NaN and the infinities fail the comparison, so they are out of range too.
+    return value is None or 0 <= value <= high
+
+
+def _with_sane_figures(ex: Exchange, excluded: Counter[str]) -> Exchange:
+    usage = ex.response.usage
+    latency_ok = _fits(ex.latency_ms, MAX_LATENCY_MS)
+    if (
+        latency_ok
+        and _fits(usage.cost_usd, MAX_COST_USD)
+        and _fits(usage.input_tokens, MAX_TOKEN_FIGURE)
+        and _fits(usage.output_tokens, MAX_TOKEN_FIGURE)
+        and _fits(usage.prompt_tokens, MAX_TOKEN_FIGURE)
+        and _fits(usage.completion_tokens, MAX_TOKEN_FIGURE)
+    ):
+        return ex
+    bad: dict[str, None] = {}
+    for name, canonical, high in _FIGURES:
+        if not _fits(getattr(usage, name), high):
+            bad[name] = None
+            excluded[canonical] += 1
+    if not latency_ok:
+        excluded["latency_ms"] += 1
+    response = ex.response
+    if bad:
+        response = msgspec.structs.replace(response, usage=msgspec.structs.replace(usage, **bad))
+    return msgspec.structs.replace(ex, response=response, latency_ms=ex.latency_ms if latency_ok else None)
+
+
+#: The usage fields checked: (field, the name it is counted under, the largest value taken).
+_FIGURES = (
+    ("cost_usd", "cost_usd", MAX_COST_USD),
+    ("input_tokens", "input_tokens", MAX_TOKEN_FIGURE),
+    ("prompt_tokens", "input_tokens", MAX_TOKEN_FIGURE),
+    ("output_tokens", "output_tokens", MAX_TOKEN_FIGURE),
+    ("completion_tokens", "output_tokens", MAX_TOKEN_FIGURE),
+)

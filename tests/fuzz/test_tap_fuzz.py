@@ -1,0 +1,355 @@
+"""Property-based fuzz of the tap against a real sidecar (issue 8's must-show, tap half).
+
+Hypothesis generates requests of valid-ish exchanges with mutated fields — wrong
+types, missing fields, empty and unicode strings, huge and negative numbers,
+nesting hundreds to thousands deep (also in ignored fields), lone surrogates —
+sent as one object, a JSON array or NDJSON, sometimes gzip'd, sometimes broken
+as a whole. They go to a sidecar started in-process (:class:`tests.harness.Harness`)
+with two running trials, so what is accepted is sampled and really run.
+
+Asserted: no 5xx; every error in the ``{"error": {code, message, field}}`` shape;
+an unmutated request accepted whole; the process alive and serving; memory flat;
+and, after the engine drains, **funnel total equals sampled for every trial**: the
+outcomes of the cases the tap sampled for a trial add up to exactly the exchanges
+the tap accepted, matched and sampled for it. Derandomized (a fixed seed), bounded
+by its example count; the figures are printed (``pytest -s`` shows them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import itertools
+import json
+import re
+import resource
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from policies.sampling import is_sampled
+from tests.harness import INCUMBENT, Harness
+
+#: Requests hypothesis generates; with 1 to 16 exchanges each, over 10,000 exchanges.
+REQUESTS = 2_200
+MIN_PAYLOADS = 10_000
+#: RSS may grow this much from the first half of the run, drained, to the second, drained.
+RSS_BOUND_BYTES = 32 * 1024 * 1024
+
+TEAM = "team-a"
+ROUTE = "/v1/chat/completions"
+#: The tap's decided outcomes; every other outcome is the end of a case the tap sampled.
+TAP_DECIDED = ("not_sampled", "skipped_redacted", "shed_queue_full", "not_at_site")
+
+_DEEP = re.compile(r'"__deep_(\d+)__"')
+
+
+def deep(depth: int) -> str:
+    """A marker the encoder replaces with ``depth`` nested arrays (json.dumps cannot nest that deep)."""
+    return f"__deep_{depth}__"
+
+
+def encode(value: Any) -> bytes:
+    text = json.dumps(value)  # NaN and Infinity come out as invalid JSON, on purpose
+    return _DEEP.sub(lambda m: "[" * int(m.group(1)) + "]" * int(m.group(1)), text).encode()
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+# -- strategies ---------------------------------------------------------------------------------------
+
+DEPTHS = st.sampled_from([2, 30, 63, 64, 65, 120, 900, 990, 1_000, 2_000, 20_000])
+HUGE = st.sampled_from([10**30, -(10**30), 2**63, 2**64, -(2**63) - 1, 2**31, 2**31 - 1, 10**12, 1e300, -1e300,
+                        1e-300, -0.0, -5, -1, 0, -1e9, 1e12, 1e308])
+NONFINITE = st.sampled_from([float("inf"), float("-inf"), float("nan")])
+WEIRD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    HUGE,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=12),
+    st.sampled_from(["", " ", "\ud800", "x\udfff", "\u0000", "🦜" * 50, "abc", "64", "١٢٣"]),
+    st.lists(st.integers(-10, 10), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(-3, 3), max_size=3),
+    DEPTHS.map(deep),
+)
+#: Where a mutation lands (a path of keys; an int indexes a list).
+FIELDS: list[tuple[Any, ...]] = [
+    ("exchange_id",), ("team",), ("model",), ("gateway",), ("route",), ("served_at",), ("latency_ms",),
+    ("redacted",), ("request",), ("request", "messages"), ("request", "messages", 0),
+    ("request", "messages", 0, "content"), ("request", "messages", 0, "role"), ("request", "params"),
+    ("request", "params", "max_tokens"), ("request", "params", "max_completion_tokens"),
+    ("request", "params", "temperature"), ("request", "params", "tools"), ("response",),
+    ("response", "content"), ("response", "finish_reason"), ("response", "usage"),
+    ("response", "usage", "input_tokens"), ("response", "usage", "output_tokens"),
+    ("response", "usage", "cost_usd"), ("response", "usage", "prompt_tokens"),
+    ("response", "usage", "completion_tokens"), ("gateway_extra",), ("request", "cache"), ("response", "provider"),
+]
+MUTATION = st.tuples(
+    st.sampled_from(["set", "set", "set", "delete", "deep", "huge"]), st.sampled_from(FIELDS), WEIRD, DEPTHS, HUGE
+)
+CONTENT = st.one_of(
+    st.text(max_size=80),
+    st.lists(
+        st.one_of(
+            st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=40)}),
+            st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.fixed_dictionaries({"url": st.text(max_size=20)})}),
+        ),
+        max_size=3,
+    ),
+)
+
+
+@st.composite
+def exchanges(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
+    """A valid exchange, then (in a fifth of them) one or two mutations; returns (exchange, mutations)."""
+    usage: dict[str, Any] = {"input_tokens": draw(st.integers(0, 5_000)), "output_tokens": draw(st.integers(0, 2_000))}
+    if draw(st.booleans()):
+        usage["cost_usd"] = draw(st.floats(0, 1))
+    ex: dict[str, Any] = {
+        "exchange_id": draw(st.text(min_size=1, max_size=10)),
+        "team": TEAM if draw(st.integers(0, 9)) else draw(st.text(max_size=6)),
+        "gateway": "gw-1",
+        "model": INCUMBENT if draw(st.integers(0, 9)) else "other-model",
+        "route": ROUTE if draw(st.booleans()) else None,
+        "request": {
+            "messages": [{"role": "user", "content": draw(CONTENT)}],
+            "params": {"max_tokens": draw(st.integers(1, 4_096)), "temperature": draw(st.floats(0, 2))},
+        },
+        "response": {"content": draw(st.text(max_size=80)), "finish_reason": "stop", "usage": usage},
+        "served_at": "2026-11-30T00:00:00Z",
+        "latency_ms": draw(st.floats(0, 60_000)),
+        "redacted": draw(st.integers(0, 19)) == 0,
+    }
+    n = draw(st.integers(0, 19))
+    mutations = 0 if n < 16 else 1 if n < 19 else 2
+    for _ in range(mutations):
+        op, path, weird, depth, huge = draw(MUTATION)
+        value = {"set": weird, "deep": deep(depth), "huge": huge, "delete": None}[op]
+        if draw(st.integers(0, 29)) == 0:
+            value = draw(NONFINITE)  # the body stops being JSON
+        _mutate(ex, path, op == "delete", value)
+    return ex, mutations
+
+
+def _mutate(ex: dict[str, Any], path: tuple[Any, ...], delete: bool, value: Any) -> None:
+    node: Any = ex
+    for key in path[:-1]:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+        else:
+            return  # an earlier mutation replaced the parent
+    last = path[-1]
+    if isinstance(node, dict):
+        if delete:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    elif isinstance(node, list) and isinstance(last, int) and last < len(node):
+        if delete:
+            del node[last]
+        else:
+            node[last] = value
+
+
+SHAPES = st.sampled_from(["array", "array", "array", "ndjson", "ndjson_untyped", "object", "gzip"])
+BROKEN = st.sampled_from(["none"] * 48 + ["truncate", "garbage", "empty", "fake_gzip", "deep_root", "bad_utf8"])
+REQUEST = st.tuples(st.lists(exchanges(), min_size=1, max_size=16), SHAPES, BROKEN)
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    payloads: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    accepted: int = 0
+    sampled: int = 0
+    shed: int = 0
+    clean_requests: int = 0
+    #: Exchanges the tap accepted, matched to each trial and sampled for it.
+    expected: Counter[str] = field(default_factory=Counter)
+    rss: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Request:
+    body: bytes
+    headers: dict[str, str]
+    items: list[dict[str, Any]]
+    #: Nothing was done to it: it must be accepted whole.
+    clean: bool
+
+
+def body_of(items: list[dict[str, Any]], shape: str, broken: str) -> tuple[bytes, dict[str, str]]:
+    headers = {"Content-Type": "application/json"}
+    if shape == "object" and len(items) == 1:
+        body = encode(items[0])
+    elif shape in ("ndjson", "ndjson_untyped"):
+        body = b"\n".join(encode(x) for x in items) + b"\n"
+        if shape == "ndjson":
+            headers["Content-Type"] = "application/x-ndjson"
+    else:
+        body = encode(items)
+    if broken == "truncate":
+        body = body[: len(body) // 2]
+    elif broken == "garbage":
+        body = b"\x00\x01{[" + body[::7]
+    elif broken == "empty":
+        body = b""
+    elif broken == "fake_gzip":
+        headers["Content-Encoding"] = "gzip"
+    elif broken == "deep_root":
+        body = b"[" * 5_000 + body + b"]" * 5_000
+    elif broken == "bad_utf8":
+        body = body.replace(b'"', b'"\xff', 1)
+    if shape == "gzip" and broken != "fake_gzip":
+        body = gzip.compress(body)
+        headers["Content-Encoding"] = "gzip"
+    return body, headers
+
+
+def generate(n: int) -> list[Request]:
+    """``n`` requests from hypothesis, derandomized (the same ones every run)."""
+    out: list[Request] = []
+    serial = itertools.count()
+
+    @settings(
+        max_examples=n, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+        suppress_health_check=[
+            HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+            HealthCheck.large_base_example,
+        ],
+    )
+    @given(REQUEST)
+    def one(request: tuple[list[tuple[dict[str, Any], int]], str, str]) -> None:
+        generated, shape, broken = request
+        items = []
+        for ex, _ in generated:
+            if isinstance(ex.get("exchange_id"), str) and ex["exchange_id"]:
+                # Unique ids: a re-delivery would be a duplicate, run and counted once, by design.
+                ex["exchange_id"] = f"{ex['exchange_id']}#{next(serial)}"
+            items.append(ex)
+        body, headers = body_of(items, shape, broken)
+        out.append(Request(body, headers, items, broken == "none" and all(m == 0 for _, m in generated)))
+
+    one()
+    return out
+
+
+def check(r: httpx.Response, request: Request) -> dict[str, int] | None:
+    """The reply's counts when accepted; None when refused. Asserts the contract either way."""
+    where = f"{r.status_code} {r.text[:300]!r} for {request.headers} {request.body[:300]!r}"
+    assert r.status_code < 500, where
+    if r.status_code != 202:
+        assert r.headers["content-type"].startswith("application/json"), where
+        payload = r.json()
+        assert set(payload) == {"error"} and set(payload["error"]) == {"code", "message", "field"}, where
+        assert isinstance(payload["error"]["code"], str) and payload["error"]["message"], where
+        assert not request.clean, where  # a request nothing was done to is accepted whole
+        return None
+    reply: dict[str, int] = r.json()
+    assert set(reply) == {"accepted", "sampled", "shed"}, where
+    assert reply["accepted"] == len(request.items), where
+    return reply
+
+
+async def test_tap_fuzz(tmp_path: Path) -> None:
+    requests = await asyncio.to_thread(generate, REQUESTS)
+    async with Harness(tmp_path, workers=16) as h:
+        assert h.sidecar
+        trials = [
+            await h.create_trial(sample_rate=1.0, spend_cap_usd=10_000.0),
+            await h.create_trial(sample_rate=0.5, spend_cap_usd=10_000.0, route=ROUTE),
+        ]
+        routes = {t["id"]: (t.get("route"), float(t["sample_rate"])) for t in trials}
+
+        def matched(ex: dict[str, Any]) -> list[str]:
+            if ex["team"] != TEAM or ex["model"] != INCUMBENT or ex.get("redacted"):
+                return []
+            return [
+                tid for tid, (route, rate) in routes.items()
+                if (route is None or ex.get("route") == route) and is_sampled(tid, ex["exchange_id"], rate)
+            ]
+
+        tally = Tally()
+
+        def send(batch: list[Request]) -> None:
+            """On a thread with a blocking client, so the sidecar's loop is free to serve."""
+            with httpx.Client(base_url=h.sidecar.tap_url if h.sidecar else "", timeout=60.0) as client:
+                for request in batch:
+                    r = client.post("/v1/exchanges", content=request.body, headers=request.headers)
+                    tally.requests += 1
+                    tally.payloads += len(request.items)
+                    tally.statuses[r.status_code] += 1
+                    if tally.requests % 200 == 0:
+                        h.fake.requests.clear()  # the fake provider's log is the test's, not the sidecar's
+                    reply = check(r, request)
+                    if reply is None:
+                        continue
+                    tally.clean_requests += request.clean
+                    tally.accepted += reply["accepted"]
+                    tally.sampled += reply["sampled"]
+                    tally.shed += reply["shed"]
+                    for ex in request.items:
+                        for tid in matched(ex):
+                            tally.expected[tid] += 1
+
+        # Memory flat: RSS once the first half has been sent and drained (the allocator's
+        # high-water mark for this load reached), and again after the second half.
+        half = len(requests) // 2
+        for part in (requests[:half], requests[half:]):
+            await asyncio.to_thread(send, part)
+            tally.rss.append(rss_bytes())  # before draining: the backlog is at its largest
+            # Drain: nothing queued, nothing in flight; the funnel's pending counts are read with the store's.
+            await asyncio.wait_for(h.runtime.idle(), timeout=600)
+            h.fake.requests.clear()
+            tally.rss.append(rss_bytes())
+
+        outcomes: dict[str, dict[str, int]] = {}
+        for t in trials:
+            view = await h.trial(t["id"])
+            assert view["funnel"]["in_flight"] == 0, view["funnel"]
+            outcomes[t["id"]] = view["funnel"]["outcomes"]
+        assert h.tap and h.admin
+        alive = (await h.tap.get("/healthz")).status_code, (await h.admin.get("/healthz")).status_code
+        metrics = (await h.admin.get("/metrics")).text
+        excluded = {
+            line.split('"')[1]: int(float(line.rsplit(" ", 1)[1]))
+            for line in metrics.splitlines() if line.startswith("shadowtrial_tap_figures_excluded_total{")
+        }
+
+        ran = {tid: sum(n for o, n in oc.items() if o not in TAP_DECIDED) for tid, oc in outcomes.items()}
+        shed = {tid: oc["shed_queue_full"] + oc["not_at_site"] for tid, oc in outcomes.items()}
+        mib = [round(x / 2**20, 1) for x in tally.rss]
+        print(
+            f"\ntap fuzz: {tally.payloads} payloads in {tally.requests} requests "
+            f"(statuses {dict(sorted(tally.statuses.items()))}, {tally.clean_requests} unmutated); "
+            f"accepted {tally.accepted}, sampled {tally.sampled}, shed {tally.shed}; figures excluded {excluded}"
+        )
+        for tid, oc in outcomes.items():
+            print(f"  trial {tid}: sampled by the tap {tally.expected[tid]}, outcomes of sampled cases {ran[tid]} "
+                  f"+ shed {shed[tid]}; {({o: n for o, n in oc.items() if n})}")
+        print(f"  RSS MiB (first half sent, drained; second half sent, drained): {mib}")
+
+        assert tally.payloads >= MIN_PAYLOADS, tally.payloads
+        assert tally.statuses[202] > REQUESTS // 4 and tally.sampled > 1_000, tally  # the engine really ran
+        assert alive == (200, 200) and h.runtime.ready
+        # The new invariant: for every trial, every case the tap sampled ended in exactly one outcome.
+        for tid in routes:
+            assert ran[tid] + shed[tid] == tally.expected[tid], (tid, ran[tid], shed[tid], tally.expected[tid])
+        assert sum(ran.values()) == tally.sampled, (ran, tally.sampled)
+        assert tally.rss[3] - tally.rss[1] < RSS_BOUND_BYTES, mib

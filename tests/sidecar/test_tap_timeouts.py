@@ -1,0 +1,200 @@
+"""The tap does not hold stalled or idle connections open: a slowloris client is cut off.
+
+Raw loopback sockets against a real sidecar with short timeouts (set through the
+``SHADOWTRIAL_TAP__*`` overrides). No sleeps: each test waits on the socket with a
+deadline far above the configured bound, and a client that paces its bytes does so by
+sending one each time a short read on the socket times out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from sidecar.config import load_config
+from sidecar.errors import ConfigError
+from tests.harness import Harness, exchange
+
+#: The configured bounds (seconds) and how long a test waits for the server to act on them.
+BOUND = 0.5
+DEADLINE = 20.0
+
+TIMEOUTS = {"SHADOWTRIAL_TAP__READ_TIMEOUT_SECONDS": str(BOUND), "SHADOWTRIAL_TAP__IDLE_TIMEOUT_SECONDS": str(BOUND)}
+
+
+async def connect(h: Harness) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    assert h.sidecar
+    url = urlsplit(h.sidecar.tap_url)
+    assert url.hostname and url.port
+    return await asyncio.open_connection(url.hostname, url.port)
+
+
+async def read_until_closed(reader: asyncio.StreamReader, deadline: float = DEADLINE) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it is still open at the deadline."""
+    received = b""
+    end = time.monotonic() + deadline
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"the tap kept the connection open for {deadline} s (bound {BOUND} s)")
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout=left)
+        except asyncio.TimeoutError:
+            continue
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+async def paced(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> bytes:
+    """Send ``data`` a byte at a time, the next byte whenever the server has said nothing for
+    0.1 s, until the server answers or closes; return what it sent until it closed."""
+    end = time.monotonic() + DEADLINE
+    for i in range(len(data)):
+        if time.monotonic() > end:
+            raise AssertionError(f"the tap kept a trickling connection open for {DEADLINE} s")
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout=0.1)
+        except asyncio.TimeoutError:
+            try:
+                writer.write(data[i : i + 1])
+                await writer.drain()
+            except ConnectionError:
+                return b""
+            continue
+        except ConnectionResetError:
+            return b""
+        return chunk + (await read_until_closed(reader) if chunk else b"")
+    raise AssertionError("the whole request was trickled in before the tap cut it off; make it longer")
+
+
+def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
+def request_head(length: int) -> bytes:
+    return (
+        "POST /v1/exchanges HTTP/1.1\r\nHost: tap\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def status_and_body(raw: bytes) -> tuple[int, bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+async def test_a_connection_that_sends_nothing_is_closed(tmp_path: Path) -> None:
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        reader, writer = await connect(h)
+        try:
+            assert await read_until_closed(reader) == b""
+        finally:
+            close(writer)
+
+
+async def test_stalled_headers_are_cut_off(tmp_path: Path) -> None:
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        reader, writer = await connect(h)
+        try:
+            writer.write(b"POST /v1/exchanges HTTP/1.1\r\nHost: tap\r\nContent-Le")
+            await writer.drain()
+            assert await read_until_closed(reader) == b""
+        finally:
+            close(writer)
+
+
+async def test_trickled_headers_are_cut_off(tmp_path: Path) -> None:
+    """A slowloris sending a header byte at a time never completes a request: closed anyway."""
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        reader, writer = await connect(h)
+        try:
+            head = b"POST /v1/exchanges HTTP/1.1\r\nHost: tap\r\n" + b"X-Pad: " + b"a" * 4000 + b"\r\n"
+            assert await paced(reader, writer, head) == b""
+        finally:
+            close(writer)
+
+
+async def test_a_stalled_body_gets_408_and_the_connection_is_closed(tmp_path: Path) -> None:
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        trial = await h.create_trial(sample_rate=1.0)
+        reader, writer = await connect(h)
+        try:
+            body = json.dumps([exchange(1)]).encode()
+            writer.write(request_head(len(body)) + body[:20])
+            await writer.drain()
+            status, payload = status_and_body(await read_until_closed(reader))
+        finally:
+            close(writer)
+        assert status == 408
+        error = json.loads(payload)["error"]
+        assert error["code"] == "read_timeout" and set(error) == {"code", "message", "field"}
+        assert h.runtime.counters["tap_rejected_read_timeout"] == 1
+        assert (await h.trial(trial["id"]))["funnel"]["total"] == 0
+
+
+async def test_a_trickled_body_is_cut_off_by_the_total_read_bound(tmp_path: Path) -> None:
+    """The bound is on the whole body, not between bytes: a byte every 0.1 s does not keep it open."""
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        reader, writer = await connect(h)
+        try:
+            body = json.dumps([exchange(i) for i in range(40)]).encode()
+            writer.write(request_head(len(body)))
+            await writer.drain()
+            status, payload = status_and_body(await paced(reader, writer, body))
+        finally:
+            close(writer)
+        assert status == 408
+        assert json.loads(payload)["error"]["code"] == "read_timeout"
+
+
+async def test_a_refused_request_with_a_stalled_body_is_not_read_on_for_long(tmp_path: Path) -> None:
+    """401 before the body is read: aiohttp reads on a while (so the client sees the answer,
+    not a reset), bounded by the read timeout, not by its own ten-second default."""
+    env = {**TIMEOUTS, "TAP_SHARED_TOKEN": "s3cret-tap-token"}
+    async with Harness(tmp_path, tap_token_env="TAP_SHARED_TOKEN", environ=env) as h:
+        reader, writer = await connect(h)
+        try:
+            head = request_head(1000).replace(b"\r\n\r\n", b"\r\nAuthorization: Bearer wrong\r\n\r\n")
+            writer.write(head + b"[{")
+            await writer.drain()
+            status, payload = status_and_body(await read_until_closed(reader, deadline=5.0))
+        finally:
+            close(writer)
+        assert status == 401
+        assert json.loads(payload)["error"]["code"] == "unauthorized"
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_its_answer(tmp_path: Path) -> None:
+    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+        await h.create_trial(sample_rate=1.0)
+        reader, writer = await connect(h)
+        try:
+            body = json.dumps([exchange(1)]).encode()
+            writer.write(request_head(len(body)) + body)
+            await writer.drain()
+            status, payload = status_and_body(await read_until_closed(reader))
+        finally:
+            close(writer)
+        # The answer came whole, then the idle connection was closed (read_until_closed returned).
+        assert status == 202
+        assert json.loads(payload) == {"accepted": 1, "sampled": 1, "shed": 0}
+
+
+async def test_defaults_bound_both_and_the_config_refuses_nonsense(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[tap]\n")
+    tap = load_config(str(path), {}).tap
+    assert tap.read_timeout_seconds == 15.0 and tap.idle_timeout_seconds == 15.0
+    for key in ("read_timeout_seconds", "idle_timeout_seconds"):
+        for value in ("0", "-1", "3601", "nan", "inf", '"10"'):
+            path.write_text(f"[tap]\n{key} = {value}\n")
+            with pytest.raises(ConfigError, match=key):
+                load_config(str(path), {})
