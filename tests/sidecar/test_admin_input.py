@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 
 from sidecar.api.admin import admin_app
+from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, load_config
 from sidecar.runtime import RUNTIME
 from sidecar.trials import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD
-from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS
 from tests.harness import CANDIDATE, INCUMBENT, Harness
 
 
@@ -241,6 +241,7 @@ class _BrokenStore:
 
 class _BrokenRuntime:
     store = _BrokenStore()
+    config = load_config(None, {})  # the defaults
 
 
 async def test_an_unexpected_error_is_a_500_in_the_json_shape() -> None:
