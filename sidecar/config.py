@@ -641,6 +641,11 @@ def _read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
             if key is not None:
                 keys[name] = key
     token = read(config.tap.token_env, "tap.token_env") if config.tap.token_env else None
+    if token is not None and not re.fullmatch(r"[\x21-\x7e]+", token):
+        # The tap takes "Authorization: Bearer <token>" with a token of visible ASCII only: a
+        # token with a space or another character could never match. (The value is not shown.)
+        problems.append(f"tap.token_env names {config.tap.token_env}, whose value is not one word of visible ASCII")
+        token = None
     if problems:
         raise ConfigError("; ".join(problems))
     return Secrets(keys, tap_token=token)

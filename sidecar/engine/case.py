@@ -290,10 +290,14 @@ class CaseRunner:
             raise _Shed("cap_reached", f"this case's worst case ({amount} µ$) exceeds what is left of the cap")
         return False
 
-    def _typical(self, subject_id: str, amount: int) -> int:
-        recent = self._recent.setdefault(subject_id, deque(maxlen=TYPICAL_WINDOW))
-        recent.append(amount)
-        return spend.typical_worst_case(recent, amount)
+    def _typical(self, subject: Subject, amount: int) -> int:
+        """The subject's typical worst case. A case that could not fit even in the whole cap
+        is an outlier: it is refused on its own (``case_too_large``) and never becomes the
+        typical case, so one huge request cannot end a trial (0 while there is no history)."""
+        recent = self._recent.setdefault(subject.id, deque(maxlen=TYPICAL_WINDOW))
+        if amount <= subject.record.cap_micros:
+            recent.append(amount)
+        return spend.typical_worst_case(recent, 0)
 
     async def _run_claimed(
         self,
@@ -307,7 +311,7 @@ class CaseRunner:
     ) -> CaseFinish:
         subject = case.subject
         spec = subject.judge_spec
-        typical = self._typical(subject.id, plan.total)
+        typical = self._typical(subject, plan.total)
         await self._reserve(case, plan.total, kind="reserve", typical=typical)
 
         if not await self.store.mark_dispatched(case.case_id, self.owner):

@@ -427,3 +427,12 @@ def test_config_cannot_be_encoded_with_its_secrets() -> None:
     config = load_config(str(EXAMPLES / "openai.toml"), EXAMPLE_ENV["openai.toml"])
     with pytest.raises(TypeError):
         msgspec.json.encode(config)
+
+
+@pytest.mark.parametrize("token", ["two words", "tab\there", "naïve"])
+def test_a_tap_token_that_could_never_match_is_refused_without_showing_it(tmp_path: Path, token: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[tap]\ntoken_env = "MY_TAP_TOKEN"\n')
+    with pytest.raises(ConfigError, match="MY_TAP_TOKEN, whose value is not one word of visible ASCII") as info:
+        load_config(str(path), {"MY_TAP_TOKEN": token})
+    assert token not in str(info.value)

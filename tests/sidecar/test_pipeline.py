@@ -146,3 +146,19 @@ async def test_a_trial_pinned_to_another_site_never_runs_here(tmp_path: Path) ->
         view = await h.trial("tr_control_plane")
         assert view["funnel"]["outcomes"]["not_at_site"] == 5
         assert h.fake.calls[CANDIDATE] == 0 and h.fake.calls[JUDGE] == 0 and h.fake.calls[INCUMBENT] == 0
+
+
+async def test_one_oversized_first_case_is_refused_alone_and_the_trial_runs_on(tmp_path: Path) -> None:
+    """A first case whose worst case exceeds the whole cap is that case's cap_reached; it never
+    becomes the trial's typical case, so the trial keeps running."""
+    async with Harness(tmp_path) as h:
+        trial = await h.create_trial(spend_cap_usd=0.05)
+        huge = exchange(0)
+        huge["request"]["params"]["max_tokens"] = 2**31 - 1
+        await h.send([huge])
+        first = await h.settle(trial["id"], 1)
+        assert first["funnel"]["outcomes"]["cap_reached"] == 1 and first["status"] == "running", first
+        await h.send([exchange(i) for i in range(1, 6)])
+        view = await h.settle(trial["id"], 6)
+    assert view["status"] == "running"
+    assert view["funnel"]["outcomes"]["judged"] == 5 and view["funnel"]["outcomes"]["cap_reached"] == 1
