@@ -1,0 +1,44 @@
+"""Benchmark: the tap's ``ingest`` function alone, in this process, per exchange — at sample
+rate 0, at 5% with the hand-off full (a flood: every sampled claim is shed), and at 5% with
+room (every sampled claim journaled). It separates what the tap's own code costs under a flood
+from what the machine costs it (bench/tap.py measures the whole server).
+
+    .venv/bin/python bench/ingest_path.py
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import json
+import tempfile
+import time
+from collections import Counter
+from types import SimpleNamespace
+from sidecar.ingest.tap import ingest
+from sidecar.ingest.routing import RoutingTable, Route, Routes
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.journal import Journal
+from sidecar.engine.handoff import Handoff
+import tap as benchtap
+make = benchtap.body_maker(100, "m")
+bodies = [make(i) for i in range(300)]
+ex0 = json.loads(bodies[0])[0]
+def rt_for(rate, full, journal):
+    rt = SimpleNamespace()
+    rt.routing = RoutingTable(); rt.routing.current = Routes([Route("t1", ex0["team"], ex0["model"], None, None, rate, "local", True)])
+    h = Handoff(10000)
+    if full: h.offer_many([object()] * 10000)
+    rt.sinks = {"local": h}; rt.journal = journal; rt.funnel = FunnelCounter(); rt.counters = Counter()
+    return rt
+def bench(rt):
+    best = 1e9
+    for _ in range(3):
+        t = time.perf_counter()
+        for b in bodies: ingest(rt, b, "application/json")
+        best = min(best, time.perf_counter() - t)
+    return best / (len(bodies) * 100) * 1e6
+tmp = tempfile.mkdtemp(); j = Journal(tmp); j.open(); j.forget_previous()
+print(f"rate 0          : {bench(rt_for(0.0, False, None)):.2f} us/exchange")
+print(f"rate 0.05 full  : {bench(rt_for(0.05, True, j)):.2f} us/exchange")
+print(f"rate 0.05 room  : {bench(rt_for(0.05, False, j)):.2f} us/exchange (journal writes)")
