@@ -13,7 +13,11 @@ trials, ``workers`` case tasks, and three housekeeping tasks —
 - **heartbeat**: renews this process's lease every third of ``lease_seconds``;
 - **sweep**: marks ``indeterminate`` the in-flight cases of owners whose lease
   expired (a crashed peer, or this host's previous life) — never a live
-  peer's, never re-run.
+  peer's, never re-run;
+- **fold**: every ``refresh_seconds``, each trial this engine judged cases for
+  since the last fold has its evidence folded into the verdict state kept with
+  it (:mod:`sidecar.fold`), so a decision stands from the case that reached it,
+  whether or not anybody reads the trial.
 
 Shutdown (:meth:`Engine.stop`): stop accepting; let workers finish what is
 queued and in hand within the drain deadline; count what is left queued
@@ -33,6 +37,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence, TypeV
 
 from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
+from sidecar.fold import fold_trial
 from sidecar.engine.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, activate
 from sidecar.ingest.funnel import FunnelCounter
@@ -117,6 +122,8 @@ class Engine:
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.in_flight = 0
         self.recovered: list[str] = []
+        #: Trials with cases judged here since their last fold.
+        self._unfolded: set[str] = set()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._store: Store | None = None
@@ -185,6 +192,7 @@ class Engine:
         self._workers = [loop.create_task(self._worker(), name=f"shadowtrial-worker-{i}") for i in range(s.workers)]
         self._chores = [
             loop.create_task(self._every(s.refresh_seconds, self.refresh), name="shadowtrial-refresh"),
+            loop.create_task(self._every(s.refresh_seconds, self.fold), name="shadowtrial-fold"),
             loop.create_task(self._every(s.lease_seconds / 3, self._heartbeat), name="shadowtrial-heartbeat"),
             loop.create_task(self._every(s.lease_seconds / 2, self._sweep), name="shadowtrial-sweep"),
         ]
@@ -219,6 +227,7 @@ class Engine:
                     log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
                 if self.settings.flush_funnel:
                     await self.funnel.flush(store)
+                await self.fold()  # what was judged since the last fold, before the store closes
             finally:
                 for p in self._providers.values():
                     await p.aclose()
@@ -271,7 +280,8 @@ class Engine:
             return
         try:
             if claim.content_kept:
-                await self._runner.run(subject, claim.exchange)
+                if await self._runner.run(subject, claim.exchange) == "judged":
+                    self._unfolded.add(subject.id)
             else:
                 await self._runner.record_unrun(subject, claim.exchange.exchange_id)
         except asyncio.CancelledError:
@@ -329,6 +339,22 @@ class Engine:
             await self.flush()
         if self.watermark.publish(self.funnel.committed_epoch):
             self.on_done(self.watermark.done_through)
+
+    async def fold(self) -> None:
+        """Fold the evidence of every trial judged here since the last fold into its kept state."""
+        assert self._store is not None
+        pending, self._unfolded = self._unfolded, set()
+        for trial_id in sorted(pending):
+            try:
+                snap = await self._store.snapshot(trial_id)
+                if snap is not None:
+                    await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
+            except asyncio.CancelledError:
+                self._unfolded |= pending
+                raise
+            except Exception as exc:
+                self._unfolded.add(trial_id)  # folded at the next interval
+                log.warning("trial %s could not be folded (%s); trying again next interval", trial_id, describe(exc))
 
     async def _heartbeat(self) -> None:
         assert self._store is not None

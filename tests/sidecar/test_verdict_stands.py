@@ -20,7 +20,7 @@ from typing import Any
 
 from policies.verdict import evaluate
 from sidecar.demo.fake_provider import FakeModel
-from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 WIN, TIE, LOSS = "0.000", "0.500", "1.000"
 
@@ -111,3 +111,20 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         assert [t["verdict"]["code"] for t in live["running_trials"]] == ["candidate_better"]
         state = await _stored_state(h, tid)
         assert (state["n"], state["decision"], state["decided_at"]) == (72, "candidate_better", decided_at)
+
+
+async def test_the_engine_keeps_the_verdict_state_though_nobody_reads_the_trial(tmp_path: Path) -> None:
+    """The engine folds what it judged into the kept state every refresh interval (and at
+    stop), so the standing decision does not depend on how often an operator looks."""
+    async with Harness(tmp_path, refresh_seconds=0.2) as h:
+        trial = await h.create_trial()
+        await h.send([exchange(i) for i in range(25)])
+        await h.runtime.idle()
+
+        async def kept() -> bool:
+            record = await h.runtime.store.get_trial(trial["id"])  # a store read: folds nothing itself
+            return record.sequence_state is not None and json.loads(record.sequence_state)["n"] == 25
+
+        await wait_for(kept, timeout=10, what="the engine to fold 25 judged cases", wake=h.runtime.progress)
+        record = await h.runtime.store.get_trial(trial["id"])
+        assert record.judge_health_state is not None
