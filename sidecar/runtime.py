@@ -18,7 +18,6 @@ and closes the admin store.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -32,14 +31,12 @@ from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver, runnable
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
-from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
 from sidecar.store.base import Store
-from sidecar.store.records import TrialRecord
-from sidecar.trials import TrialCreate, TrialDefaults, build_trial
+from sidecar.trials import TrialDefaults
 
 log = logging.getLogger("shadowtrial")
 
@@ -200,7 +197,7 @@ class Runtime:
         """Wait until nothing is queued for the engine and nothing is in flight."""
         await self.engine.idle()
 
-    # -- trials --------------------------------------------------------------
+    # -- what a new trial is built with (sidecar.services.trials) ---------------
 
     def defaults(self) -> TrialDefaults:
         j = self.config.judge
@@ -216,42 +213,3 @@ class Runtime:
     def prompt_retention(self, team: str) -> bool:
         team_cfg = self.config.teams.get(team)
         return True if team_cfg is None else team_cfg.prompt_retention
-
-    async def create_trial(self, body: TrialCreate, raw: bytes, idempotency_key: str | None) -> tuple[TrialRecord, bool]:
-        """Create (or, for a repeated Idempotency-Key, return) a trial. Returns (trial, created).
-
-        ``raw`` is the body the key's fingerprint is taken over; the admin API passes the
-        canonical encoding of ``body``, not the bytes as received.
-        """
-        record = build_trial(
-            body,
-            resolve=self.resolve,
-            defaults=self.defaults(),
-            prompt_retention=self.prompt_retention(body.team),
-            now=self.clock(),
-        )
-        if record.execution_site not in self.sinks:
-            raise BadRequest(f"no sink for execution site {record.execution_site!r} on this sidecar", field="$.team")
-        body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
-        stored = await self.store.create_trial(record, idempotency_key=idempotency_key, body_hash=body_hash)
-        created = stored.id == record.id
-        if created:
-            self.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
-        return stored, created
-
-    async def get_trial(self, trial_id: str) -> TrialRecord:
-        record = await self.store.get_trial(trial_id)
-        if record is None:
-            raise NotFound(f"no trial {trial_id!r}")
-        return record
-
-    async def stop_trial(self, trial_id: str) -> TrialRecord:
-        updated, changed = await self.store.set_trial_status(
-            trial_id, "stopped", "stopped by operator", ended=True, now=self.clock()
-        )
-        if updated is None:
-            raise NotFound(f"no trial {trial_id!r}")
-        if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
-            raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
-        self.routing.remove(trial_id)
-        return updated

@@ -15,17 +15,20 @@ from aiohttp import HttpVersion11, web
 from sidecar.errors import ApiError, BadRequest, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
+from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
+from sidecar.services.trials import TrialService
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import (
     IDEMPOTENCY_KEY, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, check_idempotency_key, decode_create,
 )
-from sidecar.api.views import evaluation, spend_view, summary, trial_view, verdict_view
 from sidecar.ingest.wire import encode
 
 log = logging.getLogger("shadowtrial.admin")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+TRIALS: web.AppKey[TrialService] = web.AppKey("trials", TrialService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -102,67 +105,29 @@ def list_filters(request: web.Request) -> tuple[str | None, str | None]:
 
 
 async def create_trial(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
     key = check_idempotency_key(request.headers.getall(IDEMPOTENCY_KEY, []))
     body = decode_create(await read_body(request))
     # The key's fingerprint is the decoded body re-encoded (fields in schema order, defaults
     # filled in), so a retry that serialises the same request differently is still the same.
-    record, created = await rt.create_trial(body, encode(body), key)
-    view = await trial_view(rt, record.id)
+    view, created = await request.app[TRIALS].create(principal_of(request), body, encode(body), key)
     return _json(view, 201 if created else 200)
 
 
 async def list_trials(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
     status, team = list_filters(request)
-    records = await rt.store.list_trials(teams=[team] if team else None, status=status)
-    items = []
-    for r in records:
-        item = summary(r)
-        ev = await evaluation(rt, r)
-        item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
-        item["spend"] = spend_view(r)
-        items.append(item)
-    return _json({"trials": items})
+    return _json({"trials": await request.app[TRIALS].list(principal_of(request), status=status, team=team)})
 
 
 async def get_trial(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    return _json(await trial_view(rt, request.match_info["trial_id"]))
+    return _json(await request.app[TRIALS].get(principal_of(request), request.match_info["trial_id"]))
 
 
 async def stop_trial(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    record = await rt.stop_trial(request.match_info["trial_id"])
-    return _json(await trial_view(rt, record.id))
+    return _json(await request.app[TRIALS].stop(principal_of(request), request.match_info["trial_id"]))
 
 
 async def live(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    running = []
-    for record in await rt.store.list_trials(status="running"):
-        ev = await evaluation(rt, record)
-        item = summary(record)
-        item["verdict"] = verdict_view(record, ev)
-        item["spend"] = spend_view(record)
-        running.append(item)
-    totals = await rt.store.total_spend()
-    return _json(
-        {
-            "alerts": [],
-            "running_trials": running,
-            "watches": [],
-            "evaluation_spend": {
-                "known_micros": totals["known"],
-                "charged_micros": totals["spent"],
-                "reserved_micros": totals["reserved"],
-                "unknown_calls": totals["unknown_calls"],
-                "note": "evaluation spend is reported beside the gateway's metered spend, never summed into it",
-            },
-            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
-            "counters": dict(rt.counters),
-        }
-    )
+    return _json(await request.app[TRIALS].live(principal_of(request)))
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -177,9 +142,10 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition: content-free counters and gauges."""
+    """Prometheus text exposition: content-free counters and gauges, fleet-wide. No series
+    carries a team, route, gateway or trial label: what a scraper sees names no team."""
     rt = request.app[RUNTIME]
-    totals = await rt.store.total_spend()
+    totals = await request.app[TRIALS].fleet_spend()
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_: str, value: float, labels: str = "") -> None:
@@ -248,6 +214,7 @@ def admin_app(rt: Any) -> web.Application:
         handler_args={"auto_decompress": False},
     )
     app[RUNTIME] = rt
+    app[TRIALS] = TrialService(rt)
     routes: list[tuple[str, str, Handler]] = [
         ("POST", "/v1/trials", create_trial),
         ("GET", "/v1/trials", list_trials),

@@ -9,14 +9,14 @@ restart; that is the one thing a view writes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from policies.verdict import Evaluation
 from policies.wording import traffic_wording
-from sidecar.errors import NotFound
 from sidecar.api.health import judge_health_view
 from sidecar.fold import fold_trial
-from sidecar.store.records import OUTCOMES, TrialRecord
+from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.runtime import Runtime
 
 
@@ -59,6 +59,7 @@ def summary(r: TrialRecord) -> dict[str, Any]:
         "spend_cap_usd": r.cap_micros / 1_000_000,
         "created_at": r.created_at,
         "ended_at": r.ended_at,
+        "started_by": r.started_by,
     }
 
 
@@ -100,15 +101,32 @@ def funnel_view(funnel: dict[str, int], states: dict[str, int]) -> dict[str, Any
     return {"outcomes": counts, "total": sum(counts.values()), "in_flight": in_flight}
 
 
-async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
-    """The whole view of one trial, from one consistent read of the store."""
+@dataclass(frozen=True, slots=True)
+class TrialRead:
+    """One consistent read of a trial: the store's snapshot and the funnel counts not yet flushed."""
+
+    snapshot: TrialSnapshot
+    pending: dict[str, int]
+
+    @property
+    def record(self) -> TrialRecord:
+        return self.snapshot.record
+
+
+async def read_trial(rt: Runtime, trial_id: str) -> TrialRead | None:
+    """Read a trial (None: no such trial). Nothing is folded or written: the caller checks
+    who may see it before :func:`trial_view` folds its statistics."""
     async with rt.funnel.consistent():  # store counts and pending counts, each count in exactly one
         snap = await rt.store.snapshot(trial_id)
         pending = rt.funnel.pending(trial_id)
-    if snap is None:
-        raise NotFound(f"no trial {trial_id!r}")
+    return None if snap is None else TrialRead(snap, pending)
+
+
+async def trial_view(rt: Runtime, read: TrialRead) -> dict[str, Any]:
+    """The whole view of one trial, from one consistent read of the store."""
+    snap = read.snapshot
     funnel = dict(snap.funnel)
-    for outcome, n in pending.items():
+    for outcome, n in read.pending.items():
         funnel[outcome] = funnel.get(outcome, 0) + n
     r = snap.record
     folded = await fold_trial(rt.store, r, snap.score_counts, snap.judgments)
@@ -128,3 +146,32 @@ async def trial_view(rt: Runtime, trial_id: str) -> dict[str, Any]:
         }
     )
     return out
+
+
+async def list_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+    """A trial as ``GET /v1/trials`` lists it: the summary, a short verdict, the spend."""
+    ev = await evaluation(rt, r)
+    item = summary(r)
+    item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
+    item["spend"] = spend_view(r)
+    return item
+
+
+async def live_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+    """A running trial as ``GET /v1/live`` shows it: the summary, the whole verdict, the spend."""
+    ev = await evaluation(rt, r)
+    item = summary(r)
+    item["verdict"] = verdict_view(r, ev)
+    item["spend"] = spend_view(r)
+    return item
+
+
+def spend_totals_view(totals: dict[str, int]) -> dict[str, Any]:
+    """Evaluation spend summed over trials (``ReadModel.total_spend``)."""
+    return {
+        "known_micros": totals["known"],
+        "charged_micros": totals["spent"],
+        "reserved_micros": totals["reserved"],
+        "unknown_calls": totals["unknown_calls"],
+        "note": "evaluation spend is reported beside the gateway's metered spend, never summed into it",
+    }

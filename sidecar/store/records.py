@@ -86,6 +86,9 @@ class TrialRecord:
     #: ``save_states`` keeps them; the store never reads inside them.
     sequence_state: str | None = None
     judge_health_state: str | None = None
+    #: Who started the trial: the subject (a token's ``sub``) of the principal that created it.
+    #: None for trials created before it was recorded.
+    started_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,4 +165,9 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN disputed_calls INTEGER NOT NULL DEFAULT 0;
     """,
+    # 5: who started a trial (the principal's subject), so its rights can be checked again
+    # later; NULL for trials created before it was recorded
+    """
+    ALTER TABLE trials ADD COLUMN started_by TEXT;
+    """,
 )

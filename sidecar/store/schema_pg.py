@@ -156,6 +156,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN disputed_calls BIGINT NOT NULL DEFAULT 0;
     """,
+    # 4: who started a trial, as in SQLite's migration 5
+    """
+    ALTER TABLE trials ADD COLUMN started_by TEXT;
+    """,
 )
 
 

@@ -63,6 +63,36 @@ async def test_list_trials_newest_first_with_filters(store: Store) -> None:
     assert await store.list_trials(teams=["zzz"]) == []
 
 
+async def test_list_trials_team_filter_keeps_other_teams_out(store: Store) -> None:
+    """The filter a principal's listing relies on: exact team names, in the query itself."""
+    await store.create_trial(trial("a1", team="team-a", created_at=1.0))
+    await store.create_trial(trial("b1", team="team-b", created_at=2.0))
+    await store.create_trial(trial("x1", team="team-a ", created_at=3.0))  # not team-a
+    await store.create_trial(trial("p1", team="team-%", created_at=4.0))  # no pattern matching
+    await store.create_trial(trial("u1", team="TEAM-A", created_at=5.0))  # case matters
+    assert [t.id for t in await store.list_trials(teams=["team-a"])] == ["a1"]
+    assert [t.id for t in await store.list_trials(teams=["team-b"], status="running")] == ["b1"]
+    assert [t.id for t in await store.list_trials(teams=frozenset({"team-a", "team-b"}))] == ["b1", "a1"]
+    assert [t.id for t in await store.list_trials(teams=["team-%"])] == ["p1"]
+    await store.set_trial_status("b1", "stopped", "operator", ended=True, now=10.0)
+    assert await store.list_trials(teams=["team-a"], status="stopped") == []
+
+
+async def test_started_by_is_kept_and_read_back_everywhere(store: Store) -> None:
+    await store.create_trial(trial("t1", started_by="alice@team-a"), idempotency_key="k", body_hash="h")
+    await store.create_trial(trial("t2", created_at=2000.0))  # newer; no starter recorded
+    got = await store.get_trial("t1")
+    assert got is not None and got.started_by == "alice@team-a"
+    assert [t.started_by for t in await store.list_trials()] == [None, "alice@team-a"]
+    snap = await store.snapshot("t1")
+    assert snap is not None and snap.record.started_by == "alice@team-a"
+    # A repeat under the key returns the first trial, with its starter, not the repeater.
+    again = await store.create_trial(trial("t3", started_by="bob@team-a"), idempotency_key="k", body_hash="h")
+    assert (again.id, again.started_by) == ("t1", "alice@team-a")
+    updated, changed = await store.set_trial_status("t1", "stopped", "operator", ended=True, now=5.0)
+    assert changed and updated is not None and updated.started_by == "alice@team-a"
+
+
 async def test_set_trial_status_is_conditional(store: Store) -> None:
     await store.create_trial(trial("t1"))
     record, changed = await store.set_trial_status("t1", "posture_changed", "posture", ended=False, now=5.0)

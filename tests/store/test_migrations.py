@@ -18,7 +18,7 @@ from tests.store.conftest import Backend
 from tests.store.factories import trial
 
 #: Columns added by the kept-states migration and every one after it.
-NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls")
+NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by")
 
 
 def _before_kept_states(migrations: tuple[str, ...]) -> int:
@@ -100,6 +100,7 @@ async def test_a_database_from_before_the_kept_states_opens_and_migrates(backend
         got = await store.get_trial("t1")
         assert got == record and got is not None and (got.sequence_state, got.judge_health_state) == (None, None)
         assert got.disputed_calls == 0
+        assert got.started_by is None  # trials from before it was recorded have no starter
         kept = await store.save_states("t1", sequence=KeptState('{"n":1}', 1, None))
         assert kept is not None and kept.sequence_state == '{"n":1}'
         # The figures the case ledger writes are untouched by the migration.

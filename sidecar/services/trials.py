@@ -1,0 +1,150 @@
+"""The trial service: create, show, list, stop, the live view and spend totals, each on
+behalf of a :class:`~policies.roles.Principal`.
+
+Isolation is decided here and nowhere else (:mod:`sidecar.services.access`): a
+trial of a team the principal does not see answers ``404 not_found`` with the
+message a missing trial gets; a reader's stop answers ``403 forbidden``; listings
+and sums are filtered by team in the store's own query, so another team's rows
+never reach this process's memory on a principal's behalf. A trial records its
+starter (``started_by``, the principal's subject).
+
+Fleet-wide figures (:meth:`TrialService.fleet_spend`, the runtime's counters) carry
+no team dimension; they are for ``/metrics`` and the live view's process figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+from policies.roles import Principal
+from sidecar.api.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
+from sidecar.errors import BadRequest, Conflict, NotFound
+from sidecar.runtime import Runtime
+from sidecar.services.access import require, require_create, visible
+from sidecar.store.records import TrialRecord
+from sidecar.trials import TrialCreate, build_trial
+
+
+def _missing(trial_id: str) -> str:
+    """The one message for a trial that is missing *or* not the caller's to see."""
+    return f"no trial {trial_id!r}"
+
+
+class TrialService:
+    """Trials as a principal may see and change them, over one runtime's store and routes.
+
+    Every method raises :class:`~sidecar.errors.ApiError` subclasses only for refusals
+    (not found, forbidden, conflict, bad input); store failures propagate unchanged to
+    the admin API's guard, which answers ``503 store_unavailable``."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    # -- reads -------------------------------------------------------------------
+
+    async def _read(self, principal: Principal, trial_id: str) -> TrialRead:
+        read = await read_trial(self._rt, trial_id)
+        if read is None:
+            raise NotFound(_missing(trial_id))
+        require(principal, read.record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
+        return read
+
+    async def get(self, principal: Principal, trial_id: str) -> dict[str, Any]:
+        """The whole view of a trial the principal sees (its statistics folded and kept)."""
+        return await trial_view(self._rt, await self._read(principal, trial_id))
+
+    async def list(
+        self, principal: Principal, *, status: str | None = None, team: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The principal's trials, newest first, optionally of one status and one team."""
+        teams = visible(principal, team)
+        if teams is not None and not teams:
+            return []
+        records = await self._rt.store.list_trials(teams=teams, status=status)
+        return [await list_item(self._rt, r) for r in records]
+
+    async def spend(self, principal: Principal) -> dict[str, Any]:
+        """Evaluation spend summed over the principal's teams' trials."""
+        teams = visible(principal)
+        if teams is not None and not teams:
+            return spend_totals_view({"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0})
+        return spend_totals_view(await self._rt.store.total_spend(teams=teams))
+
+    async def fleet_spend(self) -> dict[str, int]:
+        """Evaluation spend over every trial, as plain sums with no team dimension (``/metrics``)."""
+        return await self._rt.store.total_spend()
+
+    async def live(self, principal: Principal) -> dict[str, Any]:
+        """``/v1/live``: the principal's running trials and spend, beside this process's
+        intake figures and counters (fleet-wide, and free of team names)."""
+        rt = self._rt
+        teams = visible(principal)
+        running = [] if teams is not None and not teams else await rt.store.list_trials(teams=teams, status="running")
+        return {
+            "alerts": [],
+            "running_trials": [await live_item(rt, r) for r in running],
+            "watches": [],
+            "evaluation_spend": await self.spend(principal),
+            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
+            "counters": dict(rt.counters),
+        }
+
+    # -- writes ------------------------------------------------------------------
+
+    async def create(
+        self, principal: Principal, body: TrialCreate, raw: bytes, idempotency_key: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Create (or, for a repeated Idempotency-Key, return) a trial; (its view, created).
+
+        The principal must write ``body.team`` (else 403 naming ``$.team``), checked before
+        anything of the body is resolved. ``raw`` is what the key's fingerprint is taken
+        over; the admin API passes the canonical encoding of ``body``. A repeat returns the
+        first trial with its first starter."""
+        require_create(principal, body.team)
+        rt = self._rt
+        record = dataclasses.replace(
+            build_trial(
+                body,
+                resolve=rt.resolve,
+                defaults=rt.defaults(),
+                prompt_retention=rt.prompt_retention(body.team),
+                now=rt.clock(),
+            ),
+            started_by=principal.subject,
+        )
+        if record.execution_site not in rt.sinks:
+            raise BadRequest(f"no sink for execution site {record.execution_site!r} on this sidecar", field="$.team")
+        body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
+        stored = await rt.store.create_trial(record, idempotency_key=idempotency_key, body_hash=body_hash)
+        created = stored.id == record.id
+        if created:
+            rt.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
+        # The key's fingerprint covers the team, so a repeat is the same team's trial; checked all the same.
+        return await self.get(principal, stored.id), created
+
+    async def stop(self, principal: Principal, trial_id: str) -> dict[str, Any]:
+        """Stop a running trial of a team the principal writes; its view after."""
+        record = await self._record(principal, trial_id)
+        require(
+            principal, record.team, "write", not_found=_missing(trial_id),
+            forbidden=f"your roles may read trial {trial_id!r} but not stop it",
+        )
+        rt = self._rt
+        updated, changed = await rt.store.set_trial_status(
+            trial_id, "stopped", "stopped by operator", ended=True, now=rt.clock()
+        )
+        if updated is None:
+            raise NotFound(_missing(trial_id))
+        if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
+            raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
+        rt.routing.remove(trial_id)
+        return await self.get(principal, trial_id)
+
+    async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:
+        record = await self._rt.store.get_trial(trial_id)
+        if record is None:
+            raise NotFound(_missing(trial_id))
+        require(principal, record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
+        return record
