@@ -104,6 +104,10 @@ async def serve(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await sidecar.start()
+    from sidecar.api.authn import announce, reload_keys  # SIGHUP: re-read the admin API's keys (docs/security.md)
+
+    announce(config.auth)
+    loop.add_signal_handler(signal.SIGHUP, reload_keys, sidecar._admin_runner.app if sidecar._admin_runner else None)
     print(f"shadowtrial: tap {sidecar.tap_url}  admin {sidecar.admin_url}", flush=True)
     try:
         await stop.wait()

@@ -4,11 +4,14 @@
     shadowtrial trials create --team T --incumbent M --candidate M --cap-usd X [...]
     shadowtrial trials list | show ID | stop ID
     shadowtrial live
+    shadowtrial token --key FILE --alg ALG --sub S --audience A --issuer I [--role R ...] [--team T ...]
+    shadowtrial keygen [--out DIR] [--kind ed25519|ec|rsa]
     shadowtrial demo
     shadowtrial fake-provider [--listen HOST:PORT]
 
 Client commands talk to the admin API at ``--admin`` (default
-``$SHADOWTRIAL_ADMIN_URL`` or http://127.0.0.1:8791). The config file comes
+``$SHADOWTRIAL_ADMIN_URL`` or http://127.0.0.1:8791) and send ``--token`` (default
+``$SHADOWTRIAL_TOKEN``) as ``Authorization: Bearer``. The config file comes
 from ``--config`` or ``$SHADOWTRIAL_CONFIG``; environment overrides are
 ``SHADOWTRIAL_<SECTION>__<KEY>``.
 """
@@ -126,8 +129,30 @@ def _parser() -> argparse.ArgumentParser:
     fake.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000; port 0 picks one)")
     fake.add_argument("--seed", type=int, default=7)
 
+    token = sub.add_parser(
+        "token", help="mint a development admin token (JWT) from a local key",
+        description="Print a JWT signed with a local private key (PEM) or HMAC secret file, for the demo, tests "
+                    "and trying things; production tokens come from your identity provider. See docs/security.md.",
+    )
+    token.add_argument("--key", required=True, help="PEM private key, or the secret file for HS256/384/512")
+    token.add_argument("--alg", required=True, help="signing algorithm, one the sidecar pins for this key (e.g. EdDSA)")
+    token.add_argument("--kid", help="key id to name in the token's header")
+    token.add_argument("--sub", required=True, help="the subject (who the token is for)")
+    token.add_argument("--role", action="append", default=[], help="a role (repeatable)")
+    token.add_argument("--team", action="append", default=[], help="a team (repeatable)")
+    token.add_argument("--content", action="store_true", help="may read prompt and answer bodies")
+    token.add_argument("--ttl", type=_finite, default=3600.0, help="seconds until it expires (default 3600)")
+    token.add_argument("--audience", required=True, help="the sidecar's auth.audience")
+    token.add_argument("--issuer", required=True, help="the sidecar's auth.issuer")
+
+    keygen = sub.add_parser("keygen", help="write a development key pair for admin tokens")
+    keygen.add_argument("--out", default=".", help="directory for NAME.key (private) and NAME.pub (default .)")
+    keygen.add_argument("--name", default="admin")
+    keygen.add_argument("--kind", choices=("ed25519", "ec", "rsa"), default="ed25519")
+
     def client(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--admin", default=None, help=f"admin API URL (default $SHADOWTRIAL_ADMIN_URL or {DEFAULT_ADMIN})")
+        sp.add_argument("--token", default=None, help="admin bearer token (default $SHADOWTRIAL_TOKEN)")
         sp.add_argument("--json", action="store_true", help="print the raw JSON")
 
     trials = sub.add_parser("trials", help="create, list, show and stop trials")
@@ -246,24 +271,30 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _auth_headers(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    token = (args.token or environ.get("SHADOWTRIAL_TOKEN") or "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     base = _admin_url(args, environ)
+    auth = _auth_headers(args, environ)
     if args.command == "live":
-        data = _call("GET", f"{base}/v1/live")
+        data = _call("GET", f"{base}/v1/live", headers=auth)
         print(json.dumps(data, indent=2) if args.json else render_live(data))
         return 0
     if args.action == "create":
         headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
-        data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers)
+        data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers | auth)
     elif args.action == "list":
         params = {k: v for k, v in (("status", args.status), ("team", args.team)) if v is not None}
-        data = _call("GET", f"{base}/v1/trials", params=params)
+        data = _call("GET", f"{base}/v1/trials", params=params, headers=auth)
         print(json.dumps(data, indent=2) if args.json else render_trial_list(data.get("trials", [])))
         return 0
     elif args.action == "show":
-        data = _call("GET", _trial_url(base, args.trial_id))
+        data = _call("GET", _trial_url(base, args.trial_id), headers=auth)
     else:
-        data = _call("POST", _trial_url(base, args.trial_id) + "/stop")
+        data = _call("POST", _trial_url(base, args.trial_id) + "/stop", headers=auth)
     print(json.dumps(data, indent=2) if args.json else render_trial(data))
     return 0
 
@@ -327,6 +358,31 @@ def _why_not_sqlite(path: str) -> str:
     return f"; no file can be created in {parent!r}"
 
 
+def _auth_command(args: argparse.Namespace) -> int:
+    from sidecar.auth.errors import KeyLoadError
+    from sidecar.auth.mint import KIND_ALGORITHM, generate_key_pair, load_signing_key, mint
+
+    if args.command == "keygen":
+        private, public = generate_key_pair(args.out, kind=args.kind, name=args.name)
+        print(f"wrote {private} (private: keep it to mint tokens) and {public} (public: the sidecar's key)")
+        print(f'\n[[auth.keys]]\npath = "{public}"\nalgorithms = ["{KIND_ALGORITHM[args.kind]}"]\nkid = "{args.name}"')
+        return 0
+    if args.ttl <= 0:
+        print("shadowtrial: --ttl must be positive", file=sys.stderr)
+        return 2
+    try:
+        key = load_signing_key(args.key, args.alg)
+        print(mint(key=key, algorithm=args.alg, kid=args.kid, subject=args.sub, audience=args.audience,
+                   issuer=args.issuer, roles=args.role, teams=args.team, content=args.content, ttl_s=args.ttl))
+    except KeyLoadError as exc:
+        print(f"shadowtrial: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # PyJWT or cryptography refusing this key for this algorithm
+        print(f"shadowtrial: --key {args.key!r} cannot sign {args.alg}: {type(exc).__name__}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
@@ -359,6 +415,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             print(f"shadowtrial: {exc}", file=sys.stderr)
             return 2
         return 0
+    if args.command in ("token", "keygen"):
+        return _auth_command(args)
     if args.command == "demo":
         from sidecar.demo.scenario import run_demo
 

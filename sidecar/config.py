@@ -22,6 +22,7 @@ CLI's business) and variables that ``api_key_env`` / ``token_env`` name.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import tomllib
@@ -33,11 +34,14 @@ import msgspec
 import msgspec.inspect as mi
 
 from policies.money import MICROS_PER_DOLLAR, Price
+from sidecar.auth.algorithms import HMAC, SUPPORTED as JWT_ALGORITHMS
 from sidecar.errors import ConfigError
 from sidecar.prices import AliasEntry, PriceBook
 
 __all__ = [
     "AdminConfig",
+    "AuthConfig",
+    "AuthKeyConfig",
     "Config",
     "ENV_PREFIX",
     "EngineConfig",
@@ -57,7 +61,7 @@ __all__ = [
 ]
 
 ENV_PREFIX = "SHADOWTRIAL_"
-RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL"})  # read by the CLI, not config
+RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL", "SHADOWTRIAL_TOKEN"})  # read by the CLI, not config
 
 # Ranges an operator's numbers are held to, in this file and in the admin API alike
 # (sidecar.trials uses the shared ones). Each bound is far beyond any sensible setting and
@@ -159,6 +163,78 @@ class AdminConfig(_Section, frozen=True):
 
     def _validate(self) -> None:
         split_listen(self.listen)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a ``HOST:PORT`` listens on loopback only (``127.0.0.0/8``, ``::1``, ``localhost``)."""
+    host, _ = split_listen(listen)
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_algorithms(field: str, algorithms: tuple[str, ...]) -> None:
+    if not algorithms:
+        raise ValueError(f"{field} must name at least one algorithm (the token's own is never trusted)")
+    for alg in algorithms:
+        if alg not in JWT_ALGORITHMS:
+            raise ValueError(f"{field}: {alg!r} is not one of {', '.join(sorted(JWT_ALGORITHMS))}")
+
+
+class AuthKeyConfig(_Section, frozen=True):
+    """A verification key (``[[auth.keys]]``): ``path`` to a PEM public key or certificate,
+    or to an HMAC secret file (``HS*`` only); ``algorithms`` it accepts, pinned here;
+    ``kid`` the key id tokens name; ``allow_no_kid``: tokens without a ``kid`` may try it."""
+
+    path: str
+    algorithms: tuple[str, ...]
+    kid: str = ""
+    allow_no_kid: bool = False
+
+    def _validate(self) -> None:
+        if not self.path:
+            raise ValueError("path must not be empty")
+        _check_algorithms("algorithms", self.algorithms)
+        if set(self.algorithms) & HMAC and set(self.algorithms) - HMAC:
+            raise ValueError("algorithms: HS* (a shared secret) and public-key algorithms cannot share a key")
+        if not self.kid and not self.allow_no_kid:
+            raise ValueError("set kid, or allow_no_kid = true for tokens that name no key id")
+
+
+class AuthConfig(_Section, frozen=True):
+    """Admin API authentication (docs/security.md).
+
+    ``mode = "jwt"``: every admin request but ``/healthz``, ``/readyz``, ``/metrics`` and
+    ``/openapi.json`` carries ``Authorization: Bearer <JWT>`` verified against ``keys``
+    and/or the JWKS file ``jwks`` (its keys accept ``jwks_algorithms``), with ``exp``,
+    ``iat``, ``aud`` (= ``audience``), ``iss`` (= ``issuer``) and ``sub`` required and
+    ``leeway_seconds`` of clock skew. ``mode = "off"`` (the default) is local development:
+    every request acts as ``platform_admin``; it is accepted only while ``admin.listen`` is
+    a loopback address, and says so with a WARNING at start-up.
+    """
+
+    mode: Literal["jwt", "off"] = "off"
+    audience: str = ""
+    issuer: str = ""
+    leeway_seconds: Annotated[float, msgspec.Meta(ge=0, le=300)] = 30.0
+    keys: tuple[AuthKeyConfig, ...] = ()
+    jwks: str = ""
+    jwks_algorithms: tuple[str, ...] = ()
+
+    def _validate(self) -> None:
+        if self.jwks:
+            _check_algorithms("jwks_algorithms", self.jwks_algorithms)
+        if self.mode != "jwt":
+            return
+        if not self.audience:
+            raise ValueError('audience must be set when mode = "jwt"')
+        if not self.issuer:
+            raise ValueError('issuer must be set when mode = "jwt"')
+        if not self.keys and not self.jwks:
+            raise ValueError('mode = "jwt" needs keys ([[auth.keys]]) or a jwks file')
 
 
 class StoreConfig(_Section, frozen=True):
@@ -366,6 +442,7 @@ class Config(_Section, frozen=True):
 
     tap: TapConfig = msgspec.field(default_factory=TapConfig)
     admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     engine: EngineConfig = msgspec.field(default_factory=EngineConfig)
     judge: JudgeConfig = msgspec.field(default_factory=JudgeConfig)
@@ -385,6 +462,12 @@ class Config(_Section, frozen=True):
         tap_addr = split_listen(self.tap.listen)
         if tap_addr[1] != 0 and tap_addr == split_listen(self.admin.listen):  # port 0: each binds its own free port
             raise ValueError(f"tap.listen and admin.listen are the same address ({self.tap.listen})")
+        if self.auth.mode == "off" and not is_loopback(self.admin.listen):
+            raise ValueError(
+                f'auth.mode = "off" (no admin authentication) is accepted only when admin.listen is a loopback '
+                f'address, and admin.listen is {self.admin.listen}; set auth.mode = "jwt" with keys '
+                "(docs/security.md), or listen on 127.0.0.1"
+            )
         judge = self.judge.model
         if judge and judge not in self.models and len(self.providers) != 1:
             raise ValueError(

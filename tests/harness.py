@@ -4,6 +4,11 @@
 writes a TOML config (through the real loader), starts the sidecar with its tap
 and admin listeners on port 0, and on exit checks the product rule that the
 sidecar never called the incumbent model.
+
+Admin authentication is off by default (loopback). ``Harness(tmp, auth=True)`` runs it
+with JWTs: a throwaway Ed25519 key (:class:`AuthKit`), ``h.token(...)`` mints tokens,
+and ``h.admin`` carries a ``platform_admin`` one; ``auth="..."`` gives the ``[auth]``
+table's TOML instead, or ``auth=lambda kit: ...`` builds it from the :class:`AuthKit`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import httpx
 
 from sidecar.app import Sidecar
+from sidecar.auth.mint import generate_key_pair, load_signing_key, mint
 from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
@@ -41,10 +47,11 @@ def write_config(
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
     refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread", journal_dir: str = "",
-    store_extra: str = "", admin_extra: str = "",
+    store_extra: str = "", admin_extra: str = "", auth: str = "", provider_extra: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
-    ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen."""
+    ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen;
+    ``auth`` is the ``[auth]`` table's text (empty: none, authentication off)."""
     path = tmp / "shadowtrial.toml"
     tap_extra = ""
     if max_body_bytes is not None:
@@ -58,7 +65,8 @@ def write_config(
     engine_extra += f'isolation = "{isolation}"\n'
     text = loopback_config(
         base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,
-        drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, engine_extra=engine_extra, extra=extra,
+        drain_seconds=drain, timeout_s=timeout_s, tap_extra=tap_extra, engine_extra=engine_extra,
+        extra=extra + "\n" + auth,
     )
     if store_url:
         text = text.replace("[store]\n", f'[store]\nurl = "{store_url}"\n', 1)
@@ -68,8 +76,35 @@ def write_config(
         text = text.replace("[store]\n", f"[store]\n{store_extra}\n", 1)
     if admin_extra:
         text = text.replace("[admin]\n", f"[admin]\n{admin_extra}\n", 1)
+    if provider_extra:
+        text = text.replace("[providers.local]\n", f"[providers.local]\n{provider_extra}\n", 1)
     path.write_text(text)
     return path
+
+
+class AuthKit:
+    """A throwaway Ed25519 key pair in ``tmp/auth`` and tokens signed with it."""
+
+    AUDIENCE = "shadowtrial-test"
+    ISSUER = "https://issuer.test"
+    KID = "test-ed25519"
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp / "auth"
+        self.private_path, self.public_path = generate_key_pair(self.dir, name="test")
+        self.private_key = load_signing_key(str(self.private_path), "EdDSA")
+
+    def toml(self, *, leeway_seconds: float = 30.0) -> str:
+        return (f'[auth]\nmode = "jwt"\naudience = "{self.AUDIENCE}"\nissuer = "{self.ISSUER}"\n'
+                f"leeway_seconds = {leeway_seconds}\n"
+                f'[[auth.keys]]\npath = "{self.public_path}"\nalgorithms = ["EdDSA"]\nkid = "{self.KID}"\n')
+
+    def token(
+        self, *, subject: str = "tester", roles: Sequence[str] = ("platform_admin",), teams: Sequence[str] = (),
+        content: bool = False, ttl_s: float = 300.0, **extra: Any,
+    ) -> str:
+        return mint(key=self.private_key, algorithm="EdDSA", kid=self.KID, subject=subject, audience=self.AUDIENCE,
+                    issuer=self.ISSUER, roles=roles, teams=teams, content=content, ttl_s=ttl_s, extra=extra)
 
 
 def exchange(i: int, *, team: str = "team-a", model: str = INCUMBENT, content: str | None = None, **over: Any) -> dict[str, Any]:
@@ -128,11 +163,16 @@ class Harness:
         seed: int = 1,
         environ: Mapping[str, str] | None = None,
         hooks: Sequence[FinishHook] = (),
+        auth: bool | str | Callable[[AuthKit], str] = False,
         **config_kw: Any,
     ) -> None:
         """``environ`` is what the config loader sees (secrets such as the tap token); ``config_kw`` go to
-        :func:`write_config`."""
+        :func:`write_config`; ``auth``: see the module's docstring."""
         self.tmp = tmp
+        self.auth: AuthKit | None = AuthKit(tmp) if auth else None
+        if self.auth is not None:
+            config_kw["auth"] = (auth if isinstance(auth, str) else auth(self.auth) if callable(auth)
+                                 else self.auth.toml())
         self.environ: dict[str, str] = dict(environ or {})
         self.fake = FakeProvider(models or default_models(), seed=seed)
         self.config_kw = config_kw
@@ -148,7 +188,8 @@ class Harness:
         self.config = load_config(str(path), self.environ)
         self.sidecar = Sidecar(self.config, hooks=self.hooks)
         await self.sidecar.start()
-        self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0)
+        headers = {"Authorization": f"Bearer {self.auth.token()}"} if self.auth is not None else None
+        self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0, headers=headers)
         self.tap = httpx.AsyncClient(base_url=self.sidecar.tap_url, timeout=30.0)
         return self
 
@@ -160,6 +201,17 @@ class Harness:
         await self.fake.stop()
         # Product rule 2: the incumbent's answer is reused; the sidecar never calls it.
         assert self.fake.calls[INCUMBENT] == 0, f"the sidecar called the incumbent {self.fake.calls[INCUMBENT]} time(s)"
+
+    def token(self, **claims: Any) -> str:
+        """A token the sidecar accepts (``Harness(auth=True)`` only); see :meth:`AuthKit.token`."""
+        assert self.auth is not None, "Harness(auth=True) mints tokens"
+        return self.auth.token(**claims)
+
+    @property
+    def admin_app(self) -> Any:
+        """The admin listener's aiohttp application (its ``VERIFIER`` holds the key set)."""
+        assert self.sidecar and self.sidecar._admin_runner
+        return self.sidecar._admin_runner.app
 
     @property
     def runtime(self) -> Any:

@@ -208,13 +208,18 @@ async def openapi(_request: web.Request) -> web.Response:
 def admin_app(rt: Any) -> web.Application:
     # auto_decompress off: aiohttp would otherwise decode (or fail on) a Content-Encoding before
     # any handler runs, answering plain text; read_body refuses encodings in the JSON shape.
+    from sidecar.api.authn import VERIFIER, authn_middleware, build_verifier
+
+    verifier = build_verifier(rt.config.auth)  # first: no request reaches anything unauthenticated
     app = web.Application(
-        middlewares=[errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)],
+        middlewares=[authn_middleware(verifier), errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)],
         client_max_size=1 << 20,
         handler_args={"auto_decompress": False},
     )
     app[RUNTIME] = rt
     app[TRIALS] = TrialService(rt)
+    if verifier is not None:
+        app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
         ("POST", "/v1/trials", create_trial),
         ("GET", "/v1/trials", list_trials),

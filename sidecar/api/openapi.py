@@ -33,6 +33,23 @@ _ERROR = {
 }
 
 
+#: Operations any caller may use: content-free, for probes and scrapers.
+PUBLIC_PATHS = frozenset(("/healthz", "/readyz", "/metrics", "/openapi.json"))
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "adminBearer": {
+        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "A JWT signed by a key configured under [auth] (algorithms pinned per key), with exp, iat, "
+                       "aud, iss and sub; roles, teams and content claims decide what it may do. A missing or "
+                       "refused token is 401 unauthorized with WWW-Authenticate: Bearer.",
+    },
+    "tapToken": {
+        "type": "http", "scheme": "bearer",
+        "description": "The tap listener's shared token (tap.token_env), when one is configured.",
+    },
+}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -60,7 +77,7 @@ def openapi_document() -> dict[str, Any]:
     }]
     team_schema = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NAME_PATTERN,
                    "description": NAME_RULE}
-    return {
+    document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "shadowtrial", "version": "0.1.0"},
         "paths": {
@@ -112,5 +129,17 @@ def openapi_document() -> dict[str, Any]:
             "/openapi.json": {"get": {"summary": "This OpenAPI document",
                                       "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
         },
-        "components": {"schemas": components},
+        "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
+        # Every admin operation needs a bearer JWT unless it says otherwise (docs/security.md);
+        # with auth.mode = "off" (loopback only) none is asked for.
+        "security": [{"adminBearer": []}],
     }
+    for path, item in document["paths"].items():
+        for operation in item.values():
+            if path in PUBLIC_PATHS:
+                operation["security"] = []
+            elif path == "/v1/exchanges":
+                operation["security"] = [{"tapToken": []}, {}]
+            else:
+                operation["responses"].update(_errors(401))
+    return document

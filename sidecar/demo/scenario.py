@@ -6,6 +6,11 @@ traffic generator plays the gateway — it calls the incumbent itself, as the
 gateway would for real users, and hands copies of the served exchanges to the
 tap. The sidecar runs on a temporary SQLite file with the real config loader,
 tap, engine, judge and admin API. Nothing leaves the machine; no API key is used.
+
+The admin API runs with authentication on, as in production: the demo writes a
+throwaway Ed25519 key pair, configures ``auth.mode = "jwt"`` with its public half,
+and mints itself a ``tenant_admin`` token for its team (``shadowtrial token`` does
+the same from the command line).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import httpx
 
 from sidecar.app import Sidecar
+from sidecar.auth.mint import generate_key_pair, load_signing_key, mint
 from sidecar.config import load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
@@ -29,6 +35,9 @@ from sidecar.render import pct, render_trial, table, usd
 INCUMBENT = "sim-incumbent-large"
 CANDIDATE = "sim-candidate-small"
 JUDGE = "sim-judge"
+TEAM = "demo-team"
+AUDIENCE = "shadowtrial-demo"
+ISSUER = "shadowtrial-demo"
 
 #: (input, output) list prices, dollars per million tokens: the candidate is the cheaper model.
 PRICES = {INCUMBENT: (2.50, 10.00), CANDIDATE: (0.40, 1.60), JUDGE: (1.00, 4.00)}
@@ -83,7 +92,7 @@ async def _gateway(
                 latency = (time.monotonic() - t0) * 1000
                 return {
                     "exchange_id": f"demo-{seed}-{i}",
-                    "team": "demo-team",
+                    "team": TEAM,
                     "gateway": "demo-gateway",
                     "model": INCUMBENT,
                     "request": {"messages": messages, "params": {"max_tokens": 400, "temperature": 0.2}},
@@ -130,6 +139,17 @@ async def serve_fake_provider(listen: str, *, seed: int = 7) -> None:
         await stop.wait()
 
 
+def demo_auth(tmp: str) -> tuple[str, str]:
+    """The ``[auth]`` table of a throwaway key pair in ``tmp``, and a token it accepts (an hour,
+    ``tenant_admin`` of the demo's team)."""
+    private, public = generate_key_pair(tmp, name="demo-admin")
+    table = (f'[auth]\nmode = "jwt"\naudience = "{AUDIENCE}"\nissuer = "{ISSUER}"\n'
+             f'[[auth.keys]]\npath = "{public}"\nalgorithms = ["EdDSA"]\nkid = "demo"\n')
+    token = mint(key=load_signing_key(str(private), "EdDSA"), algorithm="EdDSA", kid="demo", subject="demo-operator",
+                 audience=AUDIENCE, issuer=ISSUER, roles=["tenant_admin"], teams=[TEAM], ttl_s=3600)
+    return table, token
+
+
 async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0) -> int:
     print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.\n")
     models = demo_models()
@@ -137,15 +157,18 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
     with tempfile.TemporaryDirectory(prefix="shadowtrial-demo-") as tmp:
         async with FakeProvider(models, seed=seed) as fake:
             path = os.path.join(tmp, "demo.toml")
+            auth_table, token = demo_auth(tmp)
             with open(path, "w") as fh:
                 fh.write(loopback_config(
                     base_url=fake.base_url, db=os.path.join(tmp, "demo.db"), judge=JUDGE, prices=PRICES,
-                    judge_max_tokens=256, timeout_s=10.0, deadline_s=20.0,
+                    judge_max_tokens=256, timeout_s=10.0, deadline_s=20.0, extra=auth_table,
                 ))
             config = load_config(path, {})
-            async with Sidecar(config) as sidecar, httpx.AsyncClient(base_url=sidecar.admin_url, timeout=30) as admin:
+            async with Sidecar(config) as sidecar, httpx.AsyncClient(
+                base_url=sidecar.admin_url, timeout=30, headers={"Authorization": f"Bearer {token}"}
+            ) as admin:
                 r = await admin.post("/v1/trials", json={
-                    "team": "demo-team", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+                    "team": TEAM, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
                     "spend_cap_usd": 5.0, "sample_rate": 0.5, "expected_cases": 500,
                 }, headers={"Idempotency-Key": f"demo-{seed}"})
                 r.raise_for_status()

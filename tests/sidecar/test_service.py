@@ -4,24 +4,20 @@ Two teams whose trials carry canary strings (in the team name, route, gateway an
 starter). Every service method, called as each role of team A, never returns team B's
 data (the results' JSON is scanned for B's canaries and B's trial id), and B's trial
 answers exactly as a missing one does; readers' writes are forbidden; ``platform_admin``
-sees both. A second test drives the same through the admin API's handlers, with a test
-middleware standing in for the authentication one (not merged yet) that sets
-``request["principal"]``.
+sees both. A second test drives the same over HTTP with real tokens: each role of team A
+signs in with a JWT the sidecar verifies, and every endpoint is called.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable
 
 import httpx
 import pytest
-from aiohttp import web
 
 from policies.roles import READERS, ROLES, WRITERS, Principal
-from sidecar.api.admin import admin_app
-from sidecar.api.principal import PRINCIPAL
 from sidecar.errors import ApiError, Forbidden, NotFound
 from sidecar.ingest.wire import encode
 from sidecar.services.trials import TrialService
@@ -59,7 +55,7 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    async with Harness(tmp_path) as h:
+    async with Harness(tmp_path, auth=True) as h:
         svc = TrialService(h.runtime)
         alice = Principal.of(f"alice-{A_CANARY}", ["developer"], [TEAM_A])
         bob = Principal.of(f"bob-{B_CANARY}", ["developer"], [TEAM_B])
@@ -165,73 +161,52 @@ async def test_every_role_of_team_a_sees_nothing_of_team_b(world: World) -> None
     assert (await svc.get(member("platform_admin"), world.b_id))["status"] == "running"
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+async def test_every_endpoint_answers_for_the_tokens_principal(world: World) -> None:
+    h = world.h
+    assert h.sidecar is not None
+    async with httpx.AsyncClient(base_url=h.sidecar.admin_url) as c:
+        assert (await c.get("/v1/trials")).status_code == 401  # no token, no answer
+        admin = {"Authorization": f"Bearer {h.token(subject='root', roles=['platform_admin'])}"}
+        listed = (await c.get("/v1/trials", headers=admin)).json()["trials"]
+        assert {t["id"] for t in listed} == {world.a_id, world.b_id}
+        metrics = (await c.get("/metrics")).text
+        assert A_CANARY not in metrics and B_CANARY not in metrics and "team" not in metrics
+        missing = (await c.get(f"/v1/trials/{MISSING}", headers=admin)).json()
+        for role in ROLE_ORDER:
+            if role == "platform_admin":
+                continue
+            token = h.token(subject=f"http-{role}", roles=[role], teams=[TEAM_A])
+            headers = {"Authorization": f"Bearer {token}"}
+            texts = []
+            for method, path in (
+                ("GET", "/v1/trials"), ("GET", f"/v1/trials?team={TEAM_B}"), ("GET", "/v1/live"),
+                ("GET", f"/v1/trials/{world.a_id}"), ("GET", "/metrics"),
+            ):
+                r = await c.request(method, path, headers=headers)
+                assert r.status_code == (404 if role == "gateway" and world.a_id in path else 200), (role, path)
+                texts.append(r.text)
+            for r in (
+                await c.get(f"/v1/trials/{world.b_id}", headers=headers),
+                await c.post(f"/v1/trials/{world.b_id}/stop", headers=headers),
+            ):
+                assert r.status_code == 404, (role, r.text)
+                assert r.text.replace(world.b_id, MISSING) == json.dumps(missing, separators=(",", ":")), role
+            # Creating for B: 403 naming $.team, worded exactly as for a team no one has (the
+            # message echoes the caller's own team name, so it is not scanned).
+            refused = []
+            for team in (TEAM_B, "team-nobody"):
+                r = await c.post("/v1/trials", headers=headers, json={
+                    "team": team, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE, "spend_cap_usd": 1.0,
+                })
+                assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (role, r.text)
+                assert r.json()["error"]["field"] == "$.team"
+                refused.append(r.text.replace(team, "<team>"))
+            assert refused[0] == refused[1], role
+            if role in READERS and role not in WRITERS:
+                r = await c.post(f"/v1/trials/{world.a_id}/stop", headers=headers)
+                assert r.status_code == 403, (role, r.text)
+                assert set(r.json()) == {"error"} and r.json()["error"]["code"] == "forbidden"
+                texts.append(r.text)
+            for secret in world.b_secrets():
+                assert all(secret not in t for t in texts), f"{role} of team A saw {secret!r} over HTTP"
 
-
-def principal_from_headers() -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    """Test stand-in for the authentication middleware: the principal from two headers."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if "X-Test-Role" in request.headers:
-            role, team = request.headers["X-Test-Role"], request.headers["X-Test-Team"]
-            request[PRINCIPAL] = Principal.of(f"http-{role}", [role], [team])
-        return await handler(request)
-
-    return middleware
-
-
-async def test_the_admin_handlers_answer_for_the_requests_principal(world: World) -> None:
-    app = admin_app(world.h.runtime)
-    app.middlewares.append(principal_from_headers())  # innermost: after the error and guard middlewares
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as c:
-            # No principal on the request: local development, every team.
-            listed = (await c.get("/v1/trials")).json()["trials"]
-            assert {t["id"] for t in listed} == {world.a_id, world.b_id}
-            metrics = (await c.get("/metrics")).text
-            assert A_CANARY not in metrics and B_CANARY not in metrics and "team" not in metrics
-            missing = (await c.get(f"/v1/trials/{MISSING}")).json()
-            for role in ROLE_ORDER:
-                if role == "platform_admin":
-                    continue
-                headers = {"X-Test-Role": role, "X-Test-Team": TEAM_A}
-                texts = []
-                for method, path in (
-                    ("GET", "/v1/trials"), ("GET", f"/v1/trials?team={TEAM_B}"), ("GET", "/v1/live"),
-                    ("GET", f"/v1/trials/{world.a_id}"), ("GET", "/metrics"),
-                ):
-                    r = await c.request(method, path, headers=headers)
-                    assert r.status_code == (404 if role == "gateway" and world.a_id in path else 200), (role, path)
-                    texts.append(r.text)
-                for r in (
-                    await c.get(f"/v1/trials/{world.b_id}", headers=headers),
-                    await c.post(f"/v1/trials/{world.b_id}/stop", headers=headers),
-                ):
-                    assert r.status_code == 404, (role, r.text)
-                    assert r.text.replace(world.b_id, MISSING) == json.dumps(missing, separators=(",", ":")), role
-                # Creating for B: 403 naming $.team, worded exactly as for a team no one has (the
-                # message echoes the caller's own team name, so it is not scanned).
-                refused = []
-                for team in (TEAM_B, "team-nobody"):
-                    r = await c.post("/v1/trials", headers=headers, json={
-                        "team": team, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE, "spend_cap_usd": 1.0,
-                    })
-                    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden", (role, r.text)
-                    assert r.json()["error"]["field"] == "$.team"
-                    refused.append(r.text.replace(team, "<team>"))
-                assert refused[0] == refused[1], role
-                if role in READERS and role not in WRITERS:
-                    r = await c.post(f"/v1/trials/{world.a_id}/stop", headers=headers)
-                    assert r.status_code == 403, (role, r.text)
-                    assert set(r.json()) == {"error"} and r.json()["error"]["code"] == "forbidden"
-                    texts.append(r.text)
-                for secret in world.b_secrets():
-                    assert all(secret not in t for t in texts), f"{role} of team A saw {secret!r} over HTTP"
-    finally:
-        await runner.cleanup()
