@@ -145,6 +145,9 @@ class TapConfig(_Section, frozen=True):
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 4 * 1024 * 1024
     queue_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
     token_env: str = ""
+    #: Accept gateway JWTs (role ``gateway``, the teams it may report; verified with the
+    #: ``[auth]`` keys, so ``auth.mode = "jwt"``): exchanges for other teams are refused, counted.
+    gateway_jwt: bool = False
     #: Seconds, positive, at most an hour.
     read_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
     idle_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
@@ -462,6 +465,14 @@ class Config(_Section, frozen=True):
         tap_addr = split_listen(self.tap.listen)
         if tap_addr[1] != 0 and tap_addr == split_listen(self.admin.listen):  # port 0: each binds its own free port
             raise ValueError(f"tap.listen and admin.listen are the same address ({self.tap.listen})")
+        if not is_loopback(self.tap.listen) and not (self.tap.token_env or self.tap.gateway_jwt):
+            raise ValueError(
+                f"tap.listen is {self.tap.listen}, beyond loopback: the tap then needs a gateway credential; "
+                'set tap.token_env (a shared token) or tap.gateway_jwt = true (with auth.mode = "jwt"), '
+                "or listen on 127.0.0.1"
+            )
+        if self.tap.gateway_jwt and self.auth.mode != "jwt":
+            raise ValueError('tap.gateway_jwt = true verifies gateway tokens with the [auth] keys: set auth.mode = "jwt"')
         if self.auth.mode == "off" and not is_loopback(self.admin.listen):
             raise ValueError(
                 f'auth.mode = "off" (no admin authentication) is accepted only when admin.listen is a loopback '

@@ -47,13 +47,13 @@ def write_config(
     timeout_s: float = 5.0, extra: str = "", db: str = "trials.db",
     max_body_bytes: int | None = None, tap_token_env: str = "", lease_seconds: float | None = None,
     refresh_seconds: float | None = None, store_url: str = "", isolation: str = "thread", journal_dir: str = "",
-    store_extra: str = "", admin_extra: str = "", auth: str = "", provider_extra: str = "",
+    store_extra: str = "", admin_extra: str = "", auth: str = "", provider_extra: str = "", tap_lines: str = "",
 ) -> Path:
     """Write the test config. ``extra`` is appended after the fixed tables (new tables only);
     ``max_body_bytes`` and ``tap_token_env`` go into the ``[tap]`` table, which ``extra`` cannot reopen;
     ``auth`` is the ``[auth]`` table's text (empty: none, authentication off)."""
     path = tmp / "shadowtrial.toml"
-    tap_extra = ""
+    tap_extra = f"{tap_lines}\n" if tap_lines else ""
     if max_body_bytes is not None:
         tap_extra += f"max_body_bytes = {max_body_bytes}\n"
     if tap_token_env:

@@ -88,7 +88,7 @@ def openapi_document() -> dict[str, Any]:
                         "application/json": {"schema": {"oneOf": [exchange, {"type": "array", "items": exchange}]}},
                         "application/x-ndjson": {"schema": {"type": "string"}},
                     }},
-                    "responses": {"202": {"description": "accepted", **_json_body(reply)}, **_errors(400, 401, 408, 413, 415)},
+                    "responses": {"202": {"description": "accepted", **_json_body(reply)}, **_errors(400, 401, 403, 408, 413, 415)},
                 }
             },
             "/v1/trials": {

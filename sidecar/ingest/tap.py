@@ -40,12 +40,17 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
+from sidecar.auth.errors import Unauthorized
+from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
 from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.screen import screen_batch
 from sidecar.ingest.wire import DecodeError, TapReply, decode_batch, encode
 
 log = logging.getLogger("shadowtrial.tap")
+
+#: The tap's verifier of gateway JWTs (``tap.gateway_jwt``), absent otherwise.
+GATEWAY_VERIFIER: web.AppKey[Verifier] = web.AppKey("gateway_verifier", Verifier)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -74,14 +79,23 @@ class _Refused(Exception):
         self.reason = reason
 
 
-def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
+def ingest(rt: Runtime, body: bytes, content_type: str, teams: frozenset[str] | None = None) -> TapReply:
     """Decode, screen, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
 
     A claim goes to the sink of its trial's pinned execution site; a full sink
     refuses the newest claims, which are counted ``shed_queue_full`` (``shed_stopped``
-    once the sink closed: stopping, or its engine's process died)."""
+    once the sink closed: stopping, or its engine's process died). ``teams``: the
+    teams the gateway's credential may report (None: any); an exchange for another
+    team is refused and counted, never matched."""
     screened = screen_batch(decode_batch(body, content_type))
     exchanges = screened.exchanges
+    refused = 0
+    if teams is not None:
+        allowed = [ex for ex in exchanges if ex.team in teams]
+        refused = len(exchanges) - len(allowed)
+        exchanges = allowed
+        if refused:
+            rt.counters["tap_exchanges_refused_team"] += refused
     routes = rt.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
     claims: dict[str, list[Claim]] = {}
@@ -109,10 +123,10 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
             taken = sink.offer_many(batch)
             _write(rt, journal, batch[:taken], content_free)
         sampled += taken
-        refused = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
+        outcome = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
         for claim in batch[taken:]:
             shed += 1
-            counts[(claim.trial_id, refused)] += 1
+            counts[(claim.trial_id, outcome)] += 1
     if counts:
         rt.funnel.add_many(counts)
     for figure, n in screened.excluded.items():
@@ -120,7 +134,7 @@ def ingest(rt: Runtime, body: bytes, content_type: str) -> TapReply:
     rt.counters["exchanges_received"] += len(exchanges)
     rt.counters["cases_sampled"] += sampled
     rt.counters["cases_shed"] += shed
-    return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed)
+    return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
 
 
 def _write(rt: Runtime, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:
@@ -205,12 +219,37 @@ async def _read_body(request: web.Request, rt: Runtime) -> bytes:
     return _gunzip(raw, tap.max_body_bytes) if codings else raw
 
 
+def _gateway(request: web.Request, rt: Runtime) -> frozenset[str] | None | web.Response:
+    """Who may post here: None (any team: loopback with no credential configured, or the
+    shared token), the teams of a verified gateway JWT, or the error response."""
+    token = rt.tap_token
+    verifier = request.app.get(GATEWAY_VERIFIER)
+    if token is None and verifier is None:
+        return None
+    if token is not None and _authorised(request, token.encode()):
+        return None
+    if verifier is not None:
+        values = request.headers.getall("Authorization", [])
+        try:
+            principal = verifier.authenticate(values[0] if len(values) == 1 else None)
+        except Unauthorized:
+            pass
+        else:
+            if principal.is_super:
+                return None
+            if "gateway" in principal.roles:
+                return principal.teams
+            rt.counters["tap_rejected_forbidden"] += 1
+            return _error(403, "forbidden", "the token does not carry the gateway role")
+    rt.counters["tap_rejected_unauthorized"] += 1
+    return _error(401, "unauthorized", "tap credential missing or wrong", headers={"WWW-Authenticate": "Bearer"})
+
+
 async def post_exchanges(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
-    token = rt.tap_token
-    if token is not None and not _authorised(request, token.encode()):
-        rt.counters["tap_rejected_unauthorized"] += 1
-        return _error(401, "unauthorized", "tap token missing or wrong", headers={"WWW-Authenticate": "Bearer"})
+    teams = _gateway(request, rt)
+    if isinstance(teams, web.Response):
+        return teams
     try:
         body = await _read_body(request, rt)
     except _Refused as refused:
@@ -219,7 +258,7 @@ async def post_exchanges(request: web.Request) -> web.StreamResponse:
             return await _answer_and_close(request, refused.response)
         return refused.response
     try:
-        reply = ingest(rt, body, request.content_type)
+        reply = ingest(rt, body, request.content_type, teams)
     except DecodeError as exc:
         rt.counters["tap_rejected_malformed"] += 1
         return _error(400, "invalid_exchange", str(exc), exc.path)
@@ -260,6 +299,12 @@ def tap_app(rt: Runtime) -> web.Application:
     """The tap's routes; serve them with :func:`tap_runner` (it decodes gzip itself)."""
     app = web.Application(client_max_size=rt.config.tap.max_body_bytes, middlewares=[tap_errors])
     app[RUNTIME] = rt
+    if rt.config.tap.gateway_jwt:
+        from sidecar.api.authn import build_verifier
+
+        verifier = build_verifier(rt.config.auth)  # the [auth] keys; re-read on change like the admin's
+        if verifier is not None:
+            app[GATEWAY_VERIFIER] = verifier
     app.router.add_post("/v1/exchanges", post_exchanges)
     app.router.add_get("/healthz", tap_healthz)
     return app

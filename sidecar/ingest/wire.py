@@ -61,10 +61,12 @@ class Exchange(msgspec.Struct, frozen=True):
     redacted: bool = False
 
 
-class TapReply(msgspec.Struct, frozen=True):
+class TapReply(msgspec.Struct, frozen=True, omit_defaults=True):
     accepted: int
     sampled: int
     shed: int
+    #: Exchanges for a team the gateway's credential does not cover (absent when none).
+    refused: int = 0
 
 
 class DecodeError(ValueError):

@@ -210,7 +210,7 @@ def test_upstream_model_defaults_to_the_alias(write: Write) -> None:
 def test_overrides_replace_file_values_and_parse_scalars(write: Write) -> None:
     text = OPENAI + "[tap]\nlisten = '127.0.0.1:9000'\n[teams.search]\n"
     config = load(write, text, {
-        "SHADOWTRIAL_TAP__LISTEN": "0.0.0.0:8790",
+        "SHADOWTRIAL_TAP__LISTEN": "127.0.0.2:8790",
         "SHADOWTRIAL_TAP__QUEUE_SIZE": "500",
         "SHADOWTRIAL_JUDGE__AUDIT_SHARE": "0.25",
         "SHADOWTRIAL_ENGINE__DRAIN_SECONDS": "3",
@@ -218,7 +218,7 @@ def test_overrides_replace_file_values_and_parse_scalars(write: Write) -> None:
         "SHADOWTRIAL_PROVIDERS__OPENAI__BASE_URL": "http://127.0.0.1:4000/v1",
         "SHADOWTRIAL_PROVIDERS__OPENAI__MAX_RETRIES": "0",
     })
-    assert config.tap.listen == "0.0.0.0:8790"
+    assert config.tap.listen == "127.0.0.2:8790"
     assert config.tap.queue_size == 500
     assert config.judge.audit_share == 0.25
     assert config.engine.drain_seconds == 3.0
