@@ -226,6 +226,10 @@ class AuthConfig(_Section, frozen=True):
     keys: tuple[AuthKeyConfig, ...] = ()
     jwks: str = ""
     jwks_algorithms: tuple[str, ...] = ()
+    #: A file of revoked subjects (one ``sub`` per line, ``#`` comments), read again whenever it
+    #: changes. A running trial whose starter is listed pauses ``starter_unauthorized`` before
+    #: its next dispatch; tokens of a listed subject are refused.
+    revoked_subjects_file: str = ""
 
     def _validate(self) -> None:
         if self.jwks:

@@ -86,6 +86,7 @@ class Runtime:
                 hooks=hooks,
                 on_progress=self._progressed,
                 clock=clock,
+                revoked_subjects_file=config.auth.revoked_subjects_file,
             )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._chores: list[asyncio.Task[None]] = []

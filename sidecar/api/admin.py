@@ -209,10 +209,15 @@ def admin_app(rt: Any) -> web.Application:
     # auto_decompress off: aiohttp would otherwise decode (or fail on) a Content-Encoding before
     # any handler runs, answering plain text; read_body refuses encodings in the JSON shape.
     from sidecar.api.authn import VERIFIER, authn_middleware, build_verifier
+    from sidecar.auth.revocations import Revocations
 
     verifier = build_verifier(rt.config.auth)  # first: no request reaches anything unauthenticated
     app = web.Application(
-        middlewares=[authn_middleware(verifier), errors_middleware, store_guard(rt.config.admin.request_timeout_seconds)],
+        middlewares=[
+            authn_middleware(verifier, Revocations(rt.config.auth.revoked_subjects_file)),
+            errors_middleware,
+            store_guard(rt.config.admin.request_timeout_seconds),
+        ],
         client_max_size=1 << 20,
         handler_args={"auto_decompress": False},
     )

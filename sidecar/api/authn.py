@@ -21,6 +21,7 @@ from aiohttp.typedefs import Middleware
 from policies.roles import LOCAL_DEVELOPMENT, Principal
 from sidecar.api.principal import PRINCIPAL
 from sidecar.auth.errors import KeyLoadError, Unauthorized
+from sidecar.auth.revocations import Revocations
 from sidecar.auth.keys import JwksSource, KeySet, PemSource, Source
 from sidecar.auth.verify import Verifier
 from sidecar.config import AuthConfig
@@ -70,7 +71,9 @@ def unauthorized(message: str) -> web.Response:
                         headers={"WWW-Authenticate": 'Bearer realm="shadowtrial"'})
 
 
-def authn_middleware(verifier: Verifier | None) -> Middleware:
+def authn_middleware(verifier: Verifier | None, revocations: Revocations | None = None) -> Middleware:
+    """``revocations``: subjects whose tokens are refused even while valid (``auth.revoked_subjects_file``)."""
+
     @web.middleware
     async def authn(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in PUBLIC_PATHS:
@@ -83,6 +86,8 @@ def authn_middleware(verifier: Verifier | None) -> Middleware:
             if len(values) > 1:
                 raise Unauthorized("malformed", "give one Authorization header")
             principal = verifier.authenticate(values[0] if values else None)
+            if revocations is not None and revocations.revoked(principal.subject):
+                raise Unauthorized("revoked", "the token's subject is revoked")
         except Unauthorized as exc:
             log.info("admin %s %s: token refused (%s)", request.method, request.path, exc.reason)
             return unauthorized(exc.message)

@@ -123,7 +123,11 @@ class CaseRunner:
         reserve_wait_s: float = 30.0,
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
+        authorise: Callable[[Subject], Awaitable[str | None]] | None = None,
     ) -> None:
+        #: Asked right before each dispatch: None, or why the subject may no longer spend
+        #: (the engine pauses the trial; the case is shed, its reservation released).
+        self.authorise = authorise
         self.store = store
         self.owner = owner
         self.funnel = funnel
@@ -314,6 +318,10 @@ class CaseRunner:
         typical = self._typical(subject, plan.total)
         await self._reserve(case, plan.total, kind="reserve", typical=typical)
 
+        if self.authorise is not None:
+            refused = await self.authorise(subject)
+            if refused is not None:
+                raise _Shed("shed_stopped", refused)
         if not await self.store.mark_dispatched(case.case_id, self.owner):
             raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
         case.dispatched = True

@@ -55,6 +55,7 @@ class _Child:
             hooks=hooks,
             on_progress=self._progress,
             on_done=lambda done_through: self._send(("done", done_through)),
+            revoked_subjects_file=config.auth.revoked_subjects_file,
         )
         self._send_lock = threading.Lock()
         self._status_due = False

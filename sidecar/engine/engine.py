@@ -37,6 +37,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence, TypeV
 
 from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
+from sidecar.auth.revocations import Revocations
 from sidecar.fold import fold_trial
 from sidecar.engine.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, activate
@@ -102,6 +103,7 @@ class Engine:
         on_progress: Callable[[], None] = lambda: None,
         on_done: Callable[[int], None] = lambda done_through: None,
         clock: Callable[[], float] = time.time,
+        revoked_subjects_file: str = "",
     ) -> None:
         from sidecar.engine.watermark import Watermark
 
@@ -116,6 +118,7 @@ class Engine:
         self.on_progress = on_progress
         self.on_done = on_done
         self.clock = clock
+        self.revoked_subjects_file = revoked_subjects_file
         #: Which journaled claims are done (:mod:`sidecar.engine.watermark`).
         self.watermark = Watermark()
         #: This process in the fleet's case ledger.
@@ -175,6 +178,7 @@ class Engine:
         await self._store.open()
         self._providers = self._open_providers()
         s = self.settings
+        self._revocations = Revocations(self.revoked_subjects_file)
         self._runner = CaseRunner(
             store=self._store,
             owner=self.owner,
@@ -183,6 +187,7 @@ class Engine:
             hooks=self.hooks,
             reserve_wait_s=s.reserve_wait_seconds,
             clock=self.clock,
+            authorise=self._authorise,
         )
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
         self.recovered = await self._store.recover_expired(self.clock())
@@ -339,6 +344,22 @@ class Engine:
             await self.flush()
         if self.watermark.publish(self.funnel.committed_epoch):
             self.on_done(self.watermark.done_through)
+
+    async def _authorise(self, subject: Subject) -> str | None:
+        """Before each dispatch: may the trial's starter still run it? A starter whose subject is
+        revoked pauses the trial ``starter_unauthorized`` (once; the store's update is conditional)."""
+        starter = subject.record.started_by
+        if not self._revocations.revoked(starter):
+            return None
+        assert self._store is not None
+        reason = f"the trial's starter {starter!r} lost the right to run it"
+        _, changed = await self._store.set_trial_status(
+            subject.id, "starter_unauthorized", reason, ended=False, now=self.clock()
+        )
+        if changed:
+            log.warning("trial %s paused: %s", subject.id, reason)
+            self.routing.remove(subject.id)
+        return reason
 
     async def fold(self) -> None:
         """Fold the evidence of every trial judged here since the last fold into its kept state."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed"]
+TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized"]
 ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
 CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
 LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
