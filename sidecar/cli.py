@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     client(lst)
     lst.add_argument("--status", choices=STATUSES, help="only trials in this status")
     lst.add_argument("--team", help="only trials of this team")
-    for name in ("show", "stop"):
+    for name in ("show", "stop", "resume"):
         sp = tsub.add_parser(name, help=f"{name} a trial")
         client(sp)
         sp.add_argument("trial_id", type=_trial_id)
@@ -293,8 +293,8 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 0
     elif args.action == "show":
         data = _call("GET", _trial_url(base, args.trial_id), headers=auth)
-    else:
-        data = _call("POST", _trial_url(base, args.trial_id) + "/stop", headers=auth)
+    else:  # stop, resume
+        data = _call("POST", _trial_url(base, args.trial_id) + f"/{args.action}", headers=auth)
     print(json.dumps(data, indent=2) if args.json else render_trial(data))
     return 0
 

@@ -126,6 +126,10 @@ async def stop_trial(request: web.Request) -> web.Response:
     return _json(await request.app[TRIALS].stop(principal_of(request), request.match_info["trial_id"]))
 
 
+async def resume_trial(request: web.Request) -> web.Response:
+    return _json(await request.app[TRIALS].resume(principal_of(request), request.match_info["trial_id"]))
+
+
 async def live(request: web.Request) -> web.Response:
     return _json(await request.app[TRIALS].live(principal_of(request)))
 
@@ -230,6 +234,7 @@ def admin_app(rt: Any) -> web.Application:
         ("GET", "/v1/trials", list_trials),
         ("GET", "/v1/trials/{trial_id}", get_trial),
         ("POST", "/v1/trials/{trial_id}/stop", stop_trial),
+        ("POST", "/v1/trials/{trial_id}/resume", resume_trial),
         ("GET", "/v1/live", live),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),

@@ -118,7 +118,13 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/trials/{trial_id}/stop": {
                 "post": {"summary": "Stop a trial", "parameters": trial_id,
-                         "responses": {"200": {"description": "trial"}, **_errors(404, 409)}}
+                         "responses": {"200": {"description": "trial"}, **_errors(403, 404, 409)}}
+            },
+            "/v1/trials/{trial_id}/resume": {
+                "post": {"summary": "Resume a paused trial (starter_unauthorized, posture_changed); "
+                                    "the caller becomes its starter",
+                         "parameters": trial_id,
+                         "responses": {"200": {"description": "trial"}, **_errors(403, 404, 409)}}
             },
             "/v1/live": {"get": {"summary": "Running trials, watches, alerts, evaluation spend",
                                  "responses": {"200": {"description": "live view"}}}},

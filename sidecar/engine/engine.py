@@ -352,6 +352,10 @@ class Engine:
         if not self._revocations.revoked(starter):
             return None
         assert self._store is not None
+        fresh = await self._store.get_trial(subject.id)  # resumed since by someone else?
+        if fresh is not None and fresh.status == "running" and not self._revocations.revoked(fresh.started_by):
+            self._activate(fresh)  # the new starter's record, for the next cases
+            return None
         reason = f"the trial's starter {starter!r} lost the right to run it"
         _, changed = await self._store.set_trial_status(
             subject.id, "starter_unauthorized", reason, ended=False, now=self.clock()

@@ -32,6 +32,10 @@ def _missing(trial_id: str) -> str:
     return f"no trial {trial_id!r}"
 
 
+#: Statuses a trial pauses in, until a writer resumes it.
+PAUSED: tuple[str, ...] = ("starter_unauthorized", "posture_changed")
+
+
 class TrialService:
     """Trials as a principal may see and change them, over one runtime's store and routes.
 
@@ -140,6 +144,23 @@ class TrialService:
         if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
             raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
         rt.routing.remove(trial_id)
+        return await self.get(principal, trial_id)
+
+    async def resume(self, principal: Principal, trial_id: str) -> dict[str, Any]:
+        """Run a paused trial again (``starter_unauthorized``, ``posture_changed``); the resumer
+        becomes its starter, whose rights are checked before each dispatch from then on."""
+        record = await self._record(principal, trial_id)
+        require(
+            principal, record.team, "write", not_found=_missing(trial_id),
+            forbidden=f"your roles may read trial {trial_id!r} but not resume it",
+        )
+        rt = self._rt
+        updated, changed = await rt.store.resume_trial(trial_id, paused=PAUSED, started_by=principal.subject)
+        if updated is None:
+            raise NotFound(_missing(trial_id))
+        if not changed:
+            raise Conflict(f"trial {trial_id} is {updated.status}, not paused", code="trial_not_paused")
+        rt.routing.add(updated)
         return await self.get(principal, trial_id)
 
     async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:

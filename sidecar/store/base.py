@@ -66,6 +66,14 @@ class TrialStore(Protocol):
         Returns (record after, changed); (None, False) for an unknown trial."""
         ...
 
+    async def resume_trial(
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+    ) -> tuple[TrialRecord | None, bool]:
+        """Conditional: a trial in one of the ``paused`` statuses runs again, its status reason
+        cleared and ``started_by`` set (the resumer takes the trial on). Returns (record after,
+        changed); (None, False) for an unknown trial."""
+        ...
+
     async def save_states(
         self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
     ) -> TrialRecord | None:

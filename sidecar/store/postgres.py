@@ -179,6 +179,22 @@ class PostgresStore:
 
         return await self._tx(fn)
 
+    async def resume_trial(
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+    ) -> tuple[TrialRecord | None, bool]:
+        async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
+            row = await conn.fetchrow(
+                "UPDATE trials SET status='running', status_reason=NULL, started_by=$2 "
+                "WHERE id=$1 AND status = ANY($3::text[]) RETURNING *",
+                trial_id, started_by, list(paused),
+            )
+            if row is not None:
+                return _trial(row), True
+            row = await conn.fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
+            return (None if row is None else _trial(row)), False
+
+        return await self._tx(fn)
+
     async def save_states(
         self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
     ) -> TrialRecord | None:

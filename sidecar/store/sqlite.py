@@ -179,6 +179,20 @@ class SQLiteStore:
 
         return await self._write(fn)
 
+    async def resume_trial(
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+    ) -> tuple[TrialRecord | None, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
+            marks = ", ".join("?" for _ in paused) or "NULL"
+            cur = conn.execute(
+                f"UPDATE trials SET status='running', status_reason=NULL, started_by=? WHERE id=? AND status IN ({marks})",
+                (started_by, trial_id, *paused),
+            )
+            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
+            return (None if row is None else _trial(row)), cur.rowcount == 1
+
+        return await self._write(fn)
+
     async def save_states(
         self, trial_id: str, *, sequence: KeptState | None = None, judge_health: KeptState | None = None
     ) -> TrialRecord | None:

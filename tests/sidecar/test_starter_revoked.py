@@ -40,3 +40,15 @@ async def test_a_revoked_starter_pauses_the_trial_before_its_next_dispatch(tmp_p
         # The paused trial is matched no more, and the revoked subject is refused at the door.
         assert (await h.send([exchange(200)]))["sampled"] == 0
         assert (await h.admin.get(f"/v1/trials/{trial['id']}", headers=dev)).status_code == 401
+
+        # Another writer of the team takes the trial on: it runs again, with them as its starter.
+        dev2 = {"Authorization": f"Bearer {h.token(subject='dev-2', roles=['developer'], teams=['team-a'])}"}
+        viewer = {"Authorization": f"Bearer {h.token(subject='v-1', roles=['viewer'], teams=['team-a'])}"}
+        assert (await h.admin.post(f"/v1/trials/{trial['id']}/resume", headers=viewer)).status_code == 403
+        r = await h.admin.post(f"/v1/trials/{trial['id']}/resume", headers=dev2)
+        assert r.status_code == 200 and (r.json()["status"], r.json()["started_by"]) == ("running", "dev-2"), r.text
+        again = await h.admin.post(f"/v1/trials/{trial['id']}/resume", headers=dev2)
+        assert again.status_code == 409 and again.json()["error"]["code"] == "trial_not_paused"
+        await h.send([exchange(300 + i) for i in range(3)])
+        view = await h.settle(trial["id"], 13)
+        assert view["status"] == "running" and view["funnel"]["outcomes"]["judged"] == 8

@@ -450,3 +450,17 @@ async def test_reopening_the_same_database_keeps_everything(store: Store) -> Non
     # The counts the conditional update compares survive too.
     refused = await store.save_states("t1", sequence=KeptState("s3", 3, "s"))
     assert refused is not None and refused.sequence_state == "s"
+
+
+async def test_resume_runs_only_a_paused_trial_and_hands_it_to_the_resumer(store: Store) -> None:
+    await store.create_trial(trial("t1"))
+    assert await store.resume_trial("t1", paused=("starter_unauthorized",), started_by="b") == (
+        await store.get_trial("t1"), False)  # running: nothing to resume
+    await store.set_trial_status("t1", "starter_unauthorized", "a was revoked", ended=False, now=5.0)
+    after, changed = await store.resume_trial("t1", paused=("starter_unauthorized", "posture_changed"), started_by="b")
+    assert changed and after is not None
+    assert (after.status, after.status_reason, after.started_by, after.ended_at) == ("running", None, "b", None)
+    await store.set_trial_status("t1", "stopped", "by operator", ended=True, now=6.0)
+    stopped, changed = await store.resume_trial("t1", paused=("starter_unauthorized",), started_by="c")
+    assert not changed and stopped is not None and (stopped.status, stopped.started_by) == ("stopped", "b")
+    assert await store.resume_trial("nope", paused=("starter_unauthorized",), started_by="c") == (None, False)
