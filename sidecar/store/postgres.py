@@ -29,12 +29,12 @@ Concurrency, by construction rather than by retry:
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
 
+from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import (
     CaseFinish,
@@ -532,29 +532,3 @@ def _judgment(r: Any) -> JudgmentRow:
         strong=r["strong"], winner_slot=r["winner_slot"], error=r["error"], longer_won=r["longer_won"],
         created_at=r["created_at"],
     )
-
-
-PairedRow = tuple[int | None, str | None, int, str, float | None, float | None]
-
-
-def paired_figures(rows: Sequence[PairedRow]) -> dict[str, float | int | None]:
-    """Candidate against incumbent over the same judged cases, each row
-    (candidate cost, its coverage, incumbent cost, its coverage, candidate
-    latency, incumbent latency): cost over cases both priced completely, latency
-    medians over cases with both latencies. The same figures as SQLite's."""
-    cost_pairs = [(cc or 0, ic) for cc, ccv, ic, icv, _, _ in rows if ccv == "complete" and icv == "complete"]
-    lat_pairs = [(cl, il) for _, _, _, _, cl, il in rows if cl is not None and il is not None]
-    cand_cost = sum(c for c, _ in cost_pairs)
-    inc_cost = sum(i for _, i in cost_pairs)
-    cand_lat = statistics.median([c for c, _ in lat_pairs]) if lat_pairs else None
-    inc_lat = statistics.median([i for _, i in lat_pairs]) if lat_pairs else None
-    return {
-        "cost_cases": len(cost_pairs),
-        "candidate_cost_micros": cand_cost,
-        "incumbent_cost_micros": inc_cost,
-        "cost_ratio": (cand_cost / inc_cost) if cost_pairs and inc_cost > 0 else None,
-        "latency_cases": len(lat_pairs),
-        "candidate_latency_ms_p50": cand_lat,
-        "incumbent_latency_ms_p50": inc_lat,
-        "latency_ratio": (cand_lat / inc_lat) if cand_lat is not None and inc_lat else None,
-    }

@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import (
     CaseFinish,
@@ -546,22 +546,7 @@ def _paired_figures(conn: sqlite3.Connection, trial_id: str) -> dict[str, float 
         "FROM cases WHERE trial_id=? AND outcome='judged'",
         (trial_id,),
     ).fetchall()
-    cost_pairs = [(r["cc"], r["ic"]) for r in rows if r["ccv"] == "complete" and r["icv"] == "complete"]
-    lat_pairs = [(r["cl"], r["il"]) for r in rows if r["cl"] is not None and r["il"] is not None]
-    cand_cost = sum(c for c, _ in cost_pairs)
-    inc_cost = sum(i for _, i in cost_pairs)
-    cand_lat = statistics.median([c for c, _ in lat_pairs]) if lat_pairs else None
-    inc_lat = statistics.median([i for _, i in lat_pairs]) if lat_pairs else None
-    return {
-        "cost_cases": len(cost_pairs),
-        "candidate_cost_micros": cand_cost,
-        "incumbent_cost_micros": inc_cost,
-        "cost_ratio": (cand_cost / inc_cost) if cost_pairs and inc_cost > 0 else None,
-        "latency_cases": len(lat_pairs),
-        "candidate_latency_ms_p50": cand_lat,
-        "incumbent_latency_ms_p50": inc_lat,
-        "latency_ratio": (cand_lat / inc_lat) if cand_lat is not None and inc_lat else None,
-    }
+    return paired_figures([(r["cc"], r["ccv"], r["ic"], r["icv"], r["cl"], r["il"]) for r in rows])
 
 
 def _case_states(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
