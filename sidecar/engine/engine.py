@@ -14,10 +14,11 @@ trials, ``workers`` case tasks, and three housekeeping tasks —
 - **sweep**: marks ``indeterminate`` the in-flight cases of owners whose lease
   expired (a crashed peer, or this host's previous life) — never a live
   peer's, never re-run;
-- **fold**: every ``refresh_seconds``, each trial this engine judged cases for
-  since the last fold has its evidence folded into the verdict state kept with
-  it (:mod:`sidecar.fold`), so a decision stands from the case that reached it,
-  whether or not anybody reads the trial.
+- **fold**: every ``refresh_seconds``, trials this engine judged cases for
+  since their last fold have their evidence folded into the verdict state kept
+  with them (:mod:`sidecar.fold`; a long trial less often, see :meth:`Engine.fold`),
+  so a decision stands from about the case that reached it, whether or not
+  anybody reads the trial.
 
 Shutdown (:meth:`Engine.stop`): stop accepting; let workers finish what is
 queued and in hand within the drain deadline; count what is left queued
@@ -86,6 +87,8 @@ class EngineSettings:
 
 #: How often pending funnel counts are written to the store.
 FUNNEL_FLUSH_S = 0.5
+#: The longest a trial with new judged cases waits for its fold (see :meth:`Engine.fold`).
+FOLD_AT_LEAST_S = 30.0
 
 
 class Engine:
@@ -125,8 +128,10 @@ class Engine:
         self.owner = f"{uuid.uuid4().hex[:12]}"
         self.in_flight = 0
         self.recovered: list[str] = []
-        #: Trials with cases judged here since their last fold.
-        self._unfolded: set[str] = set()
+        #: Cases judged here since each trial's last fold, and in all (see :meth:`fold`).
+        self._unfolded: dict[str, int] = {}
+        self._judged: dict[str, int] = {}
+        self._folded_at: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._store: Store | None = None
@@ -232,7 +237,7 @@ class Engine:
                     log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
                 if self.settings.flush_funnel:
                     await self.funnel.flush(store)
-                await self.fold()  # what was judged since the last fold, before the store closes
+                await self.fold(final=True)  # what was judged since the last fold, before the store closes
             finally:
                 for p in self._providers.values():
                     await p.aclose()
@@ -286,7 +291,8 @@ class Engine:
         try:
             if claim.content_kept:
                 if await self._runner.run(subject, claim.exchange) == "judged":
-                    self._unfolded.add(subject.id)
+                    self._unfolded[subject.id] = self._unfolded.get(subject.id, 0) + 1
+                    self._judged[subject.id] = self._judged.get(subject.id, 0) + 1
             else:
                 await self._runner.record_unrun(subject, claim.exchange.exchange_id)
         except asyncio.CancelledError:
@@ -365,21 +371,32 @@ class Engine:
             self.routing.remove(subject.id)
         return reason
 
-    async def fold(self) -> None:
-        """Fold the evidence of every trial judged here since the last fold into its kept state."""
+    async def fold(self, *, final: bool = False) -> None:
+        """Fold the evidence of trials judged here since their last fold into their kept states.
+
+        A fold reads the trial's whole evidence, so a long trial is folded less often: once
+        its new cases reach 2% of those judged here (at least one), or after
+        ``FOLD_AT_LEAST_S``; at stop, whatever is pending. How often looks are folded
+        changes how tight the kept interval is, never its validity."""
         assert self._store is not None
-        pending, self._unfolded = self._unfolded, set()
-        for trial_id in sorted(pending):
+        now = time.monotonic()
+        for trial_id, new in sorted(self._unfolded.items()):
+            due = new >= max(1, self._judged.get(trial_id, 0) // 50)
+            if not (final or due or now - self._folded_at.get(trial_id, 0.0) >= FOLD_AT_LEAST_S):
+                continue
             try:
                 snap = await self._store.snapshot(trial_id)
                 if snap is not None:
                     await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
             except asyncio.CancelledError:
-                self._unfolded |= pending
                 raise
-            except Exception as exc:
-                self._unfolded.add(trial_id)  # folded at the next interval
+            except Exception as exc:  # left pending: folded at a later interval
                 log.warning("trial %s could not be folded (%s); trying again next interval", trial_id, describe(exc))
+                continue
+            self._unfolded[trial_id] -= new
+            if not self._unfolded[trial_id]:
+                del self._unfolded[trial_id]
+            self._folded_at[trial_id] = now
 
     async def _heartbeat(self) -> None:
         assert self._store is not None
