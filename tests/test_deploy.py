@@ -2,9 +2,9 @@
 config the sidecar accepts, and the LiteLLM callback builds exchanges the real
 tap takes.
 
-PyYAML is not a dependency: with it the manifests are parsed and checked as
-objects; without it the same facts are checked on the text. LiteLLM is not
-installed either: its ``CustomLogger`` base class is replaced by a stub module
+PyYAML is a dev dependency: the manifests are parsed and checked as objects
+(tests/test_k8s_manifests.py validates them against the Kubernetes schemas).
+LiteLLM is not installed: its ``CustomLogger`` base class is replaced by a stub module
 for the callback tests (the only LiteLLM name the callback imports).
 """
 
@@ -37,32 +37,9 @@ except ImportError:  # not a dependency
     yaml = None
 
 
-def block_scalar(text: str, key: str) -> str:
-    """The body of ``key: |`` in a YAML text (enough for our own config map)."""
-    match = re.search(rf"^(?P<indent>[ ]*){re.escape(key)}: \|[-+]?\n", text, re.M)
-    assert match, f"no block scalar {key!r}"
-    lines = text[match.end():].splitlines()
-    body: list[str] = []
-    indent: int | None = None
-    for line in lines:
-        if line.strip() == "":
-            body.append("")
-            continue
-        this = len(line) - len(line.lstrip(" "))
-        if indent is None:
-            indent = this
-        if this < indent or line.startswith("---"):
-            break
-        body.append(line[indent:])
-    return "\n".join(body).strip("\n") + "\n"
-
-
 def config_toml() -> str:
-    text = (K8S / "configmap.yaml").read_text()
-    if yaml is not None:
-        maps = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text) if d}
-        return str(maps["shadowtrial-config"]["data"]["shadowtrial.toml"])
-    return block_scalar(text, "shadowtrial.toml")
+    """The sidecar's config in the pod (kustomization.yaml generates its ConfigMap from this file)."""
+    return (K8S / "config" / "shadowtrial.toml").read_text()
 
 
 # -- Kubernetes ----------------------------------------------------------------
@@ -71,57 +48,54 @@ def config_toml() -> str:
 def test_config_map_toml_is_a_valid_sidecar_config(tmp_path: Path) -> None:
     path = tmp_path / "shadowtrial.toml"
     path.write_text(config_toml())
-    config = load_config(str(path), PROVIDER_ENV)
+    config = load_config(str(path), {**PROVIDER_ENV, "TAP_TOKEN": "tap-token-test"})
     assert config.tap.listen == "127.0.0.1:8790"  # in-pod only
     assert config.admin.listen == "0.0.0.0:8791"  # behind the Service
+    assert config.auth.mode == "jwt"  # required on a listener beyond loopback
     assert config.store.path.startswith("/var/lib/shadowtrial/")  # on the PVC
-    assert set(config.secrets) == {"openai", "anthropic"}
-    deployment = (K8S / "deployment.yaml").read_text()
-    assert "terminationGracePeriodSeconds: 30" in deployment and config.engine.drain_seconds < 30
-    for provider in config.providers.values():  # every key variable is filled from the Secret
-        assert re.search(rf"- name: {provider.api_key_env}\n\s+valueFrom:\n\s+secretKeyRef:", deployment)
+    assert set(config.secrets) == {"openai", "anthropic"} and config.secrets.tap_token == "tap-token-test"
+    assert yaml is not None, "PyYAML is a dev dependency: pip install -e '.[dev]'"
+    (deployment,) = [d for d in yaml.safe_load_all((K8S / "deployment.yaml").read_text()) if d]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > config.engine.drain_seconds
+    (sidecar,) = [c for c in pod["initContainers"] if c["name"] == "shadowtrial"]
+    env = {e["name"]: e for e in sidecar["env"]}
+    for variable in [p.api_key_env for p in config.providers.values()] + [config.tap.token_env]:
+        assert "secretKeyRef" in env[variable]["valueFrom"], variable  # every secret comes from a Secret
 
 
 def test_kubernetes_manifests_hang_together() -> None:
-    files = sorted(K8S.glob("*.yaml"))
-    listed = re.findall(r"^  - (\S+\.yaml)$", (K8S / "kustomization.yaml").read_text(), re.M)
-    assert sorted(listed) == sorted(f.name for f in files if f.name != "kustomization.yaml")
-    if yaml is None:
-        text = (K8S / "deployment.yaml").read_text()
-        assert "httpGet: {path: /healthz, port: admin}" in text
-        assert "httpGet: {path: /readyz, port: admin}" in text
-        assert re.search(r"readinessProbe:\n\s+httpGet: \{path: /readyz, port: admin\}", text)
-        assert re.search(r"livenessProbe:\n\s+httpGet: \{path: /healthz, port: admin\}", text)
-        assert "containerPort: 8791" in text and "containerPort: 8790" not in text
-        assert "claimName: shadowtrial-data" in text and "mountPath: /var/lib/shadowtrial" in text
-        assert "type: Recreate" in text and "replicas: 1" in text
-        assert "runAsNonRoot: true" in text
-        assert "name: shadowtrial-data" in (K8S / "pvc.yaml").read_text()
-        return
-    docs = [d for f in files if f.name != "kustomization.yaml" for d in yaml.safe_load_all(f.read_text()) if d]
+    from tests.test_k8s_manifests import kustomize_build  # the kustomization, assembled as kubectl would
+
+    assert yaml is not None, "PyYAML is a dev dependency: pip install -e '.[dev]'"
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for d in docs:
+    for d in kustomize_build(K8S):
         by_kind.setdefault(d["kind"], []).append(d)
     (deployment,) = by_kind["Deployment"]
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
-    pod = spec["template"]["spec"]
-    containers = {c["name"]: c for c in pod["containers"]}
-    assert set(containers) == {"gateway", "shadowtrial"}
-    sidecar = containers["shadowtrial"]
-    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
-    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
-    assert [p["containerPort"] for p in sidecar["ports"]] == [8791]
-    assert sidecar["resources"]["requests"] and sidecar["resources"]["limits"]
-    assert sidecar["securityContext"]["runAsNonRoot"] is True
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
-    assert mounts["shadowtrial-data"] == "/var/lib/shadowtrial"
-    (pvc,) = by_kind["PersistentVolumeClaim"]
-    assert volumes["shadowtrial-data"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
     labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    pod = spec["template"]["spec"]
+    # The gateway is the pod's one regular container; shadowtrial its native sidecar.
+    assert [c["name"] for c in pod["containers"]] == ["gateway"]
+    assert [c["name"] for c in pod["initContainers"] if c.get("restartPolicy") == "Always"] == ["shadowtrial"]
+    every = pod["initContainers"] + pod["containers"]
+    ports = {p["name"] for c in every for p in c.get("ports", [])}
     for service in by_kind["Service"]:
         assert service["spec"]["selector"].items() <= labels.items()
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= ports
+    (policy,) = by_kind["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert {m["name"] for c in every for m in c.get("volumeMounts", [])} == set(volumes)
+    config_maps = {d["metadata"]["name"] for d in by_kind["ConfigMap"]}
+    claims = {d["metadata"]["name"] for d in by_kind["PersistentVolumeClaim"]}
+    for volume in volumes.values():
+        if "configMap" in volume:
+            assert volume["configMap"]["name"] in config_maps
+        if "persistentVolumeClaim" in volume:
+            assert volume["persistentVolumeClaim"]["claimName"] in claims
 
 
 def test_dockerfile_facts() -> None:
