@@ -1,6 +1,6 @@
 """Benchmark: the sidecar's CPU per judged case, read from the sidecar process itself.
 
-    .venv/bin/python bench/engine_case.py [--cases 1000] [--rounds 3] [--concurrency 8]
+    .venv/bin/python bench/engine_case.py [--cases 1000] [--rounds 3] [--concurrency 8] [--otlp [--sample-ratio 1]]
 
 Three processes, as in ``bench/tap.py`` (whose helpers this reuses): this one
 posts exchanges to the tap; the real :class:`sidecar.app.Sidecar` (temp TOML,
@@ -11,6 +11,12 @@ candidate and judge in another child. Each round runs two fresh sidecars:
   case: a candidate call, a judge call (10% of cases a second, audit call),
   pricing, the store writes;
 - **r=0** — the same trial at sample rate 0: decode, match, not sampled.
+
+With ``--otlp`` every sidecar exports its telemetry (a trace per case at ``--sample-ratio``,
+default 1, and its metrics every ``--export-interval`` seconds) over OTLP/HTTP to a loopback sink in
+another child process, which only reads each body and answers 200; without it nothing is
+configured and nothing is exported. Compare the two runs' engine figures for the cost of
+telemetry.
 
 After a warm-up, ``--cases`` exchanges are posted (``--concurrency`` requests
 in flight, one exchange each) and the run waits, polling the trial every
@@ -32,13 +38,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tap import Child, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel  # noqa: E402
+from tap import (  # noqa: E402
+    HOST, Child, _wait_for_stop, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel,
+)
 
 POLL_S = 0.25
 
@@ -84,9 +94,33 @@ async def settle(session: aiohttp.ClientSession, admin: str, trial: str, total: 
         await asyncio.sleep(POLL_S)
 
 
-async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str) -> Run:
+def run_otlp_sink(conn: Connection) -> None:
+    """An OTLP/HTTP sink: reads each export's body and answers 200; counts them."""
+    got = {"bodies": 0, "bytes": 0}
+
+    async def take(request: web.Request) -> web.Response:
+        got["bytes"] += len(await request.read())
+        got["bodies"] += 1
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def main() -> None:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/v1/traces", take)
+        app.router.add_post("/v1/metrics", take)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, HOST, 0).start()
+        conn.send(f"http://{HOST}:{runner.addresses[0][1]}")
+        await _wait_for_stop(conn)
+        conn.send(got)
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str, extra: str = "") -> Run:
     with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-        sidecar = Child(run_sidecar, fake.hello, tmp)
+        sidecar = Child(run_sidecar, fake.hello, tmp, 10_000, 16, extra)
         try:
             tap_url = sidecar.hello["tap_url"] + "/v1/exchanges"
             admin = sidecar.hello["admin_url"]
@@ -107,12 +141,15 @@ async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str) 
 
 async def amain(args: argparse.Namespace) -> int:
     fake = Child(run_fake_provider)
+    sink = Child(run_otlp_sink) if args.otlp else None
+    extra = (f'[telemetry]\notlp_endpoint = "{sink.hello}"\nexport_interval_seconds = {args.export_interval}\n'
+             f"sample_ratio = {args.sample_ratio}\n" if sink is not None else "")
     engine: list[float] = []
     fake_per_case: list[float] = []
     try:
         for r in range(args.rounds):
-            sampled = await one_run(fake, 1.0, args, f"{r}s")
-            unsampled = await one_run(fake, 0.0, args, f"{r}u")
+            sampled = await one_run(fake, 1.0, args, f"{r}s", extra)
+            unsampled = await one_run(fake, 0.0, args, f"{r}u", extra)
             per_case = sampled.us_per_exchange - unsampled.us_per_exchange
             engine.append(per_case)
             fake_per_case.append(sampled.fake_cpu_s / sampled.cases * 1e6)
@@ -124,11 +161,14 @@ async def amain(args: argparse.Namespace) -> int:
             )
     finally:
         fake.stop()
+        exported = sink.stop() if sink is not None else None
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    telemetry = (f"telemetry exported over OTLP, sample ratio {args.sample_ratio} ({exported})"
+                 if exported is not None else "no telemetry configured")
     print(
         f"\nmedian of {args.rounds}: engine CPU per judged case {statistics.median(engine):.0f} µs "
         f"(sidecar process, r=1 minus r=0); fake provider {statistics.median(fake_per_case):.0f} µs per case; "
-        f"{args.cases} cases per run, concurrency {args.concurrency}; load average {load}"
+        f"{args.cases} cases per run, concurrency {args.concurrency}; {telemetry}; load average {load}"
     )
     return 0
 
@@ -139,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=100, help="uncounted exchanges first (default 100)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=8, help="tap requests in flight (default 8)")
+    p.add_argument("--otlp", action="store_true", help="export traces and metrics to a loopback OTLP/HTTP sink")
+    p.add_argument("--export-interval", type=float, default=5.0, help="metric export interval with --otlp (s)")
+    p.add_argument("--sample-ratio", type=float, default=1.0, help="share of cases traced with --otlp (default 1)")
     args = p.parse_args(argv)
     return asyncio.run(amain(args))
 

@@ -194,9 +194,12 @@ def run_reference(conn: Connection, max_body: int) -> None:
     asyncio.run(main())
 
 
-def run_sidecar(conn: Connection, base_url: str, tmp: str, queue_size: int = 10_000, workers: int = 16) -> None:
+def run_sidecar(
+    conn: Connection, base_url: str, tmp: str, queue_size: int = 10_000, workers: int = 16, extra: str = ""
+) -> None:
     """The real sidecar; its hello names its threads (for per-thread CPU), its goodbye
-    carries what it logged at WARNING and above, split into before and after the stop."""
+    carries what it logged at WARNING and above, split into before and after the stop.
+    ``extra``: more config tables (``bench/engine_case.py --otlp`` adds ``[telemetry]``)."""
     import threading
 
     from sidecar.app import Sidecar
@@ -218,7 +221,7 @@ def run_sidecar(conn: Connection, base_url: str, tmp: str, queue_size: int = 10_
             loopback_config(
                 base_url=base_url, db=str(Path(tmp) / "bench.db"), judge=JUDGE, drain_seconds=1.0, max_retries=1,
                 prices={INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)},
-                queue_size=queue_size, workers=workers,
+                queue_size=queue_size, workers=workers, extra=extra,
             )
         )
         config = load_config(str(path), {})

@@ -3,7 +3,8 @@ stopped in order.
 
 Shutdown order (SIGTERM, SIGINT, or leaving the context manager): stop the tap
 accepting, drain in-flight cases within ``engine.drain_seconds``, flush the
-funnel, close provider clients and the store, then the admin listener.
+funnel, close provider clients and the store, flush the telemetry (within
+``telemetry.export_timeout_seconds``), then the admin listener.
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ __all__ = [
     "StoreConfig",
     "TapConfig",
     "TeamConfig",
+    "TelemetryConfig",
     "load_config",
     "resolve_model",
     "split_listen",
@@ -399,6 +400,48 @@ class TeamConfig(_Section, frozen=True):
     prompt_retention: bool = True
 
 
+class TelemetryConfig(_Section, frozen=True):
+    """OpenTelemetry traces and metrics (docs/telemetry.md).
+
+    Nothing is exported unless ``otlp_endpoint`` is set (in the file, by
+    ``SHADOWTRIAL_TELEMETRY__OTLP_ENDPOINT``, or by the standard
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``): then every process of the sidecar (and the
+    engine's own process) sends OTLP over HTTP/protobuf to ``<otlp_endpoint>/v1/traces``
+    and ``<otlp_endpoint>/v1/metrics``. Without it no exporter, reader or span
+    processor exists, and the Prometheus ``/metrics`` endpoint is unaffected either way.
+    """
+
+    #: The collector's OTLP/HTTP base URL (``http://otel-collector:4318``); empty: no export.
+    otlp_endpoint: str = ""
+    #: ``service.name`` of the exported resource (``OTEL_SERVICE_NAME`` when the file leaves it).
+    service_name: str = "shadowtrial"
+    #: Export a trace per case (with ``otlp_endpoint``).
+    traces: bool = True
+    #: Export metrics (with ``otlp_endpoint``).
+    metrics: bool = True
+    #: Share of cases traced when the exchange carries no sampled gateway trace context.
+    sample_ratio: Share = 1.0
+    #: How often metrics are exported.
+    export_interval_seconds: Seconds = 60.0
+    #: How long one export may take (and the most a shutdown waits for the last one).
+    export_timeout_seconds: Seconds = 10.0
+
+    def _validate(self) -> None:
+        if self.otlp_endpoint:
+            parts = urlsplit(self.otlp_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"otlp_endpoint must be an http:// or https:// URL with a host, got {self.otlp_endpoint!r}"
+                )
+        if not self.service_name:
+            raise ValueError("service_name must not be empty")
+
+    @property
+    def exporting(self) -> bool:
+        """Whether anything is sent to a collector."""
+        return bool(self.otlp_endpoint) and (self.traces or self.metrics)
+
+
 class Secrets(Mapping[str, str]):
     """Provider API keys by provider name, plus the tap's shared token.
 
@@ -457,6 +500,7 @@ class Config(_Section, frozen=True):
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelConfig] = {}
     teams: dict[str, TeamConfig] = {}
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     secrets: Secrets = msgspec.field(default_factory=Secrets)
 
     def _validate(self) -> None:
@@ -555,6 +599,7 @@ def load_config(path: str | None, environ: Mapping[str, str]) -> Config:
             "of an environment variable - at `$.secrets`"
         )
     origins, unknown = _apply_overrides(raw, environ)
+    _standard_otel(raw, environ, origins)
     unknown = sorted(set(unknown) - _secret_names(raw))
     if unknown:
         raise ConfigError(
@@ -563,6 +608,27 @@ def load_config(path: str | None, environ: Mapping[str, str]) -> Config:
         )
     config = _convert(raw, origins)
     return msgspec.structs.replace(config, secrets=_read_secrets(config, environ))
+
+
+#: The standard OpenTelemetry variables the sidecar reads, and the ``[telemetry]`` key each
+#: fills when neither the file nor a ``SHADOWTRIAL_`` override sets it. (The OTLP exporter
+#: reads its own further ``OTEL_EXPORTER_OTLP_*`` variables — headers, certificates,
+#: compression — as OpenTelemetry documents.)
+STANDARD_OTEL_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "otlp_endpoint", "OTEL_SERVICE_NAME": "service_name"}
+
+
+def _standard_otel(raw: dict[str, Any], environ: Mapping[str, str], origins: dict[str, str]) -> None:
+    present = [var for var in STANDARD_OTEL_ENV if environ.get(var)]
+    if not present:
+        return
+    table = raw.setdefault("telemetry", {})
+    if not isinstance(table, dict):
+        return  # msgspec refuses the non-table with its path
+    for var in present:
+        key = STANDARD_OTEL_ENV[var]
+        if key not in table:
+            table[key] = environ[var]
+            origins[f"$.telemetry.{key}"] = var
 
 
 def _read_toml(path: str) -> dict[str, Any]:

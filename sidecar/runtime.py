@@ -11,8 +11,14 @@ reads, the bounded hand-off the tap offers claims to, and the funnel counter.
 ``start`` opens the admin store, starts the engine (which recovers cases of
 expired owners and loads running trials), the funnel flush loop and — with the
 engine in its own process — the refresh of the tap's routes; ``stop`` stops the
-engine (drain within the deadline, retire what is left), flushes the funnel
-and closes the admin store.
+engine (drain within the deadline, retire what is left), flushes the funnel,
+closes the admin store and, last, flushes and closes this process's telemetry.
+
+Telemetry (:mod:`sidecar.telemetry`): :meth:`Runtime.readings` is every metric
+series of the sidecar — this process's counts, the engine's (reported over the
+control pipe when it has a process of its own) and the fleet's spend — for the
+Prometheus endpoint. Over OTLP this process exports its own part only; an engine
+in its own process exports its part itself.
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver, runnable
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
-from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
 from sidecar.store.base import Store
+from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
+from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials import TrialDefaults
 
 log = logging.getLogger("shadowtrial")
@@ -52,13 +59,20 @@ class Runtime:
         *,
         clock: Callable[[], float] = time.time,
         hooks: Sequence[FinishHook] = (),
+        telemetry: Telemetry | None = None,
     ) -> None:
+        """``telemetry``: this process's providers (tests hand in in-memory ones, and close
+        them); by default built from ``[telemetry]`` and closed by :meth:`stop`."""
         self.config = config
+        self.telemetry = telemetry if telemetry is not None else Telemetry.start(config.telemetry, process="sidecar")
+        self._own_telemetry = telemetry is None
+        #: The fleet's spend as last read for the OTLP gauges (the Prometheus endpoint reads its own).
+        self._spend: dict[str, int] | None = None
         self.secrets = config.secrets
         self.clock = clock
         self.store: Store = make_store(config.store.location, lock_timeout_s=config.store.lock_timeout_seconds)
         self.routing = RoutingTable()
-        self.funnel = FunnelCounter()
+        self.funnel = CountingFunnel()
         self.handoff: Handoff[Claim] = Handoff(config.tap.queue_size)
         #: Where a claim goes, by the trial's pinned execution site (the uplink adds ``control_plane``).
         self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
@@ -87,6 +101,10 @@ class Runtime:
                 on_progress=self._progressed,
                 clock=clock,
                 revoked_subjects_file=config.auth.revoked_subjects_file,
+                telemetry=EngineTelemetry(
+                    tracer=self.telemetry.tracer, sample_ratio=self.telemetry.sample_ratio,
+                    systems={n: p.kind for n, p in config.providers.items()},
+                ),
             )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._chores: list[asyncio.Task[None]] = []
@@ -106,17 +124,22 @@ class Runtime:
             await self.engine.start()
         except BaseException:
             await self.store.close()
+            await self._close_telemetry()
             raise
         try:
             self._replay()
         except BaseException:
             await self.engine.stop()
             await self.store.close()
+            await self._close_telemetry()
             raise
         self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
             self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
+        if self.telemetry.meter_provider is not None:
+            self.telemetry.observe(self._own_readings)
+            self._chores.append(asyncio.create_task(self._spend_loop(), name="shadowtrial-spend-reading"))
         self.ready = True
 
     async def stop(self) -> None:
@@ -135,6 +158,11 @@ class Runtime:
             await self.store.close()
         if self.journal is not None:
             self.journal.close(keep=self._uncertain() if flushed else None)
+        await self._close_telemetry()
+
+    async def _close_telemetry(self) -> None:
+        if self._own_telemetry:
+            await asyncio.to_thread(self.telemetry.shutdown)
 
     def _uncertain(self) -> list[Claim] | None:
         """After a stop: the claims whose fate the store may not hold, or None when even the
@@ -182,6 +210,35 @@ class Runtime:
                 await self.refresh_routes()
             except Exception:
                 log.exception("route refresh failed; the tap keeps its routes until the next try")
+
+    # -- metrics ---------------------------------------------------------------
+
+    def readings(self, spend: Mapping[str, int]) -> dict[str, float]:
+        """Every series the Prometheus endpoint shows (``spend``: the store's fleet totals)."""
+        return combined(self._tap_readings(), engine_part(self.engine), spend_part(spend))
+
+    def _tap_readings(self) -> dict[str, float]:
+        return tap_part(self.counters, self.funnel.tally, self.handoff, len(self.routing.current))
+
+    def _own_readings(self) -> dict[str, float]:
+        """What this process exports over OTLP (on the reader's thread): an engine in its own
+        process exports its part itself."""
+        parts = [self._tap_readings()]
+        if not isinstance(self.engine, EngineProcess):
+            parts.append(engine_part(self.engine))
+        if self._spend is not None:
+            parts.append(spend_part(self._spend))
+        return combined(*parts)
+
+    async def _spend_loop(self) -> None:
+        """Keep the fleet's spend read for the OTLP gauges, once per export interval (a
+        reader's callback runs on its own thread and cannot wait for the store)."""
+        while True:
+            try:
+                self._spend = await self.store.total_spend()
+            except Exception as exc:
+                log.warning("spend reading for telemetry failed (%s); the last one is exported", type(exc).__name__)
+            await asyncio.sleep(self.config.telemetry.export_interval_seconds)
 
     def _engine_exited(self) -> None:
         """The engine's process died: stop reporting ready, so an orchestrator restarts us."""

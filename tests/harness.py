@@ -26,6 +26,7 @@ from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
 from sidecar.engine.subjects import FinishHook
+from sidecar.telemetry import Telemetry
 
 INCUMBENT = "inc-model"
 CANDIDATE = "cand-model"
@@ -164,10 +165,12 @@ class Harness:
         environ: Mapping[str, str] | None = None,
         hooks: Sequence[FinishHook] = (),
         auth: bool | str | Callable[[AuthKit], str] = False,
+        telemetry: Telemetry | None = None,
         **config_kw: Any,
     ) -> None:
         """``environ`` is what the config loader sees (secrets such as the tap token); ``config_kw`` go to
-        :func:`write_config`; ``auth``: see the module's docstring."""
+        :func:`write_config`; ``auth``: see the module's docstring; ``telemetry``: the sidecar
+        process's OpenTelemetry providers (e.g. in-memory ones; the test closes them)."""
         self.tmp = tmp
         self.auth: AuthKit | None = AuthKit(tmp) if auth else None
         if self.auth is not None:
@@ -177,6 +180,7 @@ class Harness:
         self.fake = FakeProvider(models or default_models(), seed=seed)
         self.config_kw = config_kw
         self.hooks = tuple(hooks)
+        self.telemetry = telemetry
         self.sidecar: Sidecar | None = None
         self.config: Config | None = None
         self.admin: httpx.AsyncClient | None = None
@@ -186,7 +190,7 @@ class Harness:
         await self.fake.start()
         path = write_config(self.tmp, self.fake.base_url, **self.config_kw)
         self.config = load_config(str(path), self.environ)
-        self.sidecar = Sidecar(self.config, hooks=self.hooks)
+        self.sidecar = Sidecar(self.config, hooks=self.hooks, telemetry=self.telemetry)
         await self.sidecar.start()
         headers = {"Authorization": f"Bearer {self.auth.token()}"} if self.auth is not None else None
         self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0, headers=headers)

@@ -18,6 +18,7 @@ from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
 from sidecar.services.trials import TrialService
+from sidecar.telemetry.names import METRICS
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import (
     IDEMPOTENCY_KEY, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, check_idempotency_key, decode_create,
@@ -146,10 +147,11 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition: content-free counters and gauges, fleet-wide. No series
-    carries a team, route, gateway or trial label: what a scraper sees names no team."""
+    """Prometheus text exposition: content-free counters and gauges (docs/telemetry.md). No
+    series carries a team, route, gateway, trial or model label: what a scraper sees names
+    none. Counters are this sidecar's, its engine's process included; spend is fleet-wide."""
     rt = request.app[RUNTIME]
-    totals = await request.app[TRIALS].fleet_spend()
+    values = rt.readings(await request.app[TRIALS].fleet_spend())
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_: str, value: float, labels: str = "") -> None:
@@ -158,25 +160,10 @@ async def metrics(request: web.Request) -> web.Response:
             lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name}{labels} {value}")
 
-    c = rt.counters
-    metric("shadowtrial_exchanges_received_total", "counter", "Exchanges decoded by the tap.", c["exchanges_received"])
-    metric("shadowtrial_cases_sampled_total", "counter", "Cases offered to the intake queue.", c["cases_sampled"])
-    metric("shadowtrial_cases_shed_total", "counter", "Cases shed by reason.", c["cases_shed"], '{reason="queue_full"}')
-    for reason in ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding"):
-        metric("shadowtrial_tap_rejected_total", "counter", "Tap requests refused by reason.",
-               c[f"tap_rejected_{reason}"], f'{{reason="{reason}"}}')
-    for field in ("cost_usd", "latency_ms", "input_tokens", "output_tokens"):
-        metric("shadowtrial_tap_figures_excluded_total", "counter",
-               "Gateway figures out of range, accepted as not reported, by field.",
-               c[f"tap_figures_excluded_{field}"], f'{{field="{field}"}}')
-    metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.handoff.depth)
-    metric("shadowtrial_cases_in_flight", "gauge", "Cases being dispatched or judged.", rt.engine.in_flight)
-    metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.routing.current))
-    metric("shadowtrial_evaluation_spend_known_micros", "gauge", "Known evaluation spend at list price, micro-dollars.",
-           totals["known"])
-    metric("shadowtrial_evaluation_spend_reserved_micros", "gauge", "Open reservations, micro-dollars.", totals["reserved"])
-    metric("shadowtrial_evaluation_unpriced_calls", "gauge", "Calls whose cost is unknown (held at worst case).",
-           totals["unknown_calls"])
+    for m in METRICS:
+        for labels, key in m.series:
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            metric(m.prometheus, m.kind, m.help, values.get(key, 0), f"{{{text}}}" if text else "")
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8",
                         headers={"X-Content-Type-Options": "nosniff"})
 

@@ -17,6 +17,9 @@ Contract of :meth:`CaseRunner.run`:
   nothing. Outcomes decided before a claim go to the funnel counter.
 - Failures of the candidate or the judge are outcomes, never scores.
 - The post-finish hooks' effects are written in the finishing transaction.
+- Each case is a span (with ``tracer``), its candidate call and each judgment child spans
+  (:mod:`sidecar.telemetry.spans`); its outcome and its judgments are added to ``tally``
+  once the store has them. Neither carries any text of the exchange.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
-from judge.order import audit_selected, presentation_order, swapped
+from opentelemetry.trace import Span, Tracer
+
+from judge.order import Order, audit_selected, presentation_order, swapped
 from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
 from policies import spend
 from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
@@ -42,7 +47,10 @@ from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.store.base import Store
 from sidecar.redact import describe
-from sidecar.store.records import CaseFinish, CaseStart, Effect, JudgmentRow, LedgerKind
+from sidecar.store.records import CaseFinish, CaseStart, Effect, JudgmentRow, LedgerKind, ended_outcome
+from sidecar.telemetry import spans
+from sidecar.telemetry.names import judgment_outcome
+from sidecar.telemetry.tally import Tally
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -124,6 +132,9 @@ class CaseRunner:
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         authorise: Callable[[Subject], Awaitable[str | None]] | None = None,
+        tally: Tally | None = None,
+        tracer: Tracer | None = None,
+        sample_ratio: float = 1.0,
     ) -> None:
         #: Asked right before each dispatch: None, or why the subject may no longer spend
         #: (the engine pauses the trial; the case is shed, its reservation released).
@@ -136,17 +147,32 @@ class CaseRunner:
         self.reserve_wait_s = reserve_wait_s
         self.poll_s = poll_s
         self.clock = clock
+        self.tally = tally if tally is not None else Tally()
+        self.tracer = tracer
+        self.sample_ratio = sample_ratio
         self._room = asyncio.Condition()
         self._lines: dict[str, asyncio.Lock] = {}
         self._recent: dict[str, deque[int]] = {}
 
     async def run(self, subject: Subject, exchange: Exchange) -> str:
         """Run one case; returns its outcome (``duplicate`` when it was not a new case)."""
+        if self.tracer is None:
+            return await self._run(subject, exchange, spans.NOT_TRACED)
+        rec = subject.record
+        with spans.case_span(
+            self.tracer, sample_ratio=self.sample_ratio, trial_id=subject.id, case_id=case_id_for(subject.id, exchange.exchange_id),
+            kind=subject.kind, judge_version=rec.judge_version_id, traceparent=exchange.traceparent,
+        ) as span:
+            return await self._run(subject, exchange, span)
+
+    async def _run(self, subject: Subject, exchange: Exchange, span: Span) -> str:
         try:
             prepared = self._prepare(subject, exchange)
         except Exception as exc:  # an exchange the engine cannot turn into a request
             log.warning("exchange %s cannot be dispatched for %s: %s", exchange.exchange_id, subject.id, describe(exc))
+            spans.unexpected(span, exc)
             self.funnel.add(subject.id, "indeterminate")
+            spans.end_case(span, "indeterminate")
             return "indeterminate"
         request, max_tokens, plan, audited, judge_calls, start = prepared
         try:
@@ -154,11 +180,18 @@ class CaseRunner:
         except Exception as exc:  # the store refused the claim: nothing of the case is stored
             log.error("case %s of %s could not be claimed (%s); counted indeterminate",
                       start.case_id, subject.id, type(exc).__name__)
+            spans.unexpected(span, exc)
             self.funnel.add(subject.id, "indeterminate")
+            spans.end_case(span, "indeterminate")
             return "indeterminate"
         if claimed == "duplicate":
+            spans.end_case(span, "duplicate")
             return "duplicate"
         if claimed == "not_running":  # the trial ended meanwhile; the store recorded and counted the case
+            # As the store counted it, from the trial's status as this engine last read it.
+            counted = ended_outcome(subject.record.status) or "shed_stopped"
+            self.tally.outcome(counted)
+            spans.end_case(span, counted)
             return "not_running"
         case = _Case(subject, start.case_id)
         try:
@@ -169,15 +202,24 @@ class CaseRunner:
             raise  # the case stays in flight with our owner; retire or a peer's recovery settles it
         except Exception as exc:
             log.error("case %s of %s failed unexpectedly: %s", case.case_id, subject.id, describe(exc))
+            spans.unexpected(span, exc)
             finish = self._unexpected(case, exc)
         finish = _with_effects(finish, self._effects(subject, finish))
         # A store that keeps failing leaves the case in flight under our owner: retire (at
         # stop) or a peer's sweep (after our lease) gives it its outcome; it is never lost.
         await _persist(lambda: self.store.finish_case(finish, self.owner))
+        self._count(finish)
+        spans.end_case(span, finish.outcome, audited=audited, reserved=case.reserved, charged=finish.charged_micros)
         if case.reserved:
             async with self._room:  # its reservation is released: the heads of the lines try again
                 self._room.notify_all()
         return finish.outcome
+
+    def _count(self, finish: CaseFinish) -> None:
+        """The finished case's outcome and judgments, for the metrics (now that the store has them)."""
+        self.tally.outcome(finish.outcome)
+        for row in finish.judgments:
+            self.tally.judgment(row.outcome, row.score, row.error)
 
     async def record_unrun(self, subject: Subject, exchange_id: str) -> str:
         """A case sampled before a crash whose content was not kept (retention off): it cannot
@@ -195,6 +237,7 @@ class CaseRunner:
         finish = self._finish(case, "shed_stopped", error="the sidecar stopped before it ran; its content was not kept")
         finish = _with_effects(finish, self._effects(subject, finish))
         await _persist(lambda: self.store.finish_case(finish, self.owner))
+        self._count(finish)
         return finish.outcome
 
     def _effects(self, subject: Subject, finish: CaseFinish) -> tuple[Effect, ...]:
@@ -347,10 +390,13 @@ class CaseRunner:
 
         order = presentation_order(subject.id, case.case_id, key=ORDER_KEY)
         judgments: list[tuple[PairedJudgment, bool]] = [
-            (await subject.judge.judge(conversation, incumbent_answer, candidate_answer, order), False)
+            (await self._judge(subject, conversation, incumbent_answer, candidate_answer, order, audit=False), False)
         ]
         if audited:
-            judgments.append((await subject.judge.judge(conversation, incumbent_answer, candidate_answer, swapped(order)), True))
+            judgments.append(
+                (await self._judge(subject, conversation, incumbent_answer, candidate_answer, swapped(order), audit=True),
+                 True)
+            )
         judge_charges: list[spend.Charge] = []
         for pj, _ in judgments:
             for c in pj.completions:
@@ -377,6 +423,20 @@ class CaseRunner:
             errors = "; ".join(pj.error or "error" for pj, _ in judgments)
             return self._finish(case, "judge_failed", error=f"judge: {errors}", **common)
         return self._finish(case, "judged", score=sum(valid) / len(valid), **common)
+
+    async def _judge(
+        self, subject: Subject, conversation: list[dict[str, Any]], incumbent: str, candidate: str, order: Order,
+        *, audit: bool,
+    ) -> PairedJudgment:
+        """One judgment, in its own span (the judge's model calls are its children)."""
+        if self.tracer is None:
+            return await subject.judge.judge(conversation, incumbent, candidate, order)
+        with spans.judge_span(self.tracer, order=order, audit=audit,
+                              judge_version=subject.record.judge_version_id) as span:
+            pj = await subject.judge.judge(conversation, incumbent, candidate, order)
+            spans.end_judgment(span, outcome=judgment_outcome(pj.outcome, pj.score, pj.error), score=pj.score,
+                               calls=len(pj.completions))
+            return pj
 
     # -- settling ------------------------------------------------------------
 

@@ -19,9 +19,10 @@ from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
 from sidecar.engine.process import decode_claims, encode_claims
 from sidecar.engine.subjects import FinishHook
-from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
+from sidecar.telemetry import CountingFunnel, EngineTelemetry, Tally, Telemetry
+from sidecar.telemetry.readings import engine_part
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -41,7 +42,10 @@ class _Child:
         self.ctl = ctl
         self.claims = claims
         self.config = config
-        self.funnel = FunnelCounter()
+        #: This process's own providers: it exports its spans and counters itself.
+        self.telemetry = Telemetry.start(config.telemetry, process="engine")
+        tally = Tally()
+        self.funnel = CountingFunnel(tally)  # the outcomes decided here before a claim, counted too
         self.handoff: Handoff[Claim] = Handoff(max(64, ROOM_PER_WORKER * config.engine.workers))
         resolve = resolver(config, price_book(config))
         self.engine = Engine(
@@ -56,7 +60,12 @@ class _Child:
             on_progress=self._progress,
             on_done=lambda done_through: self._send(("done", done_through)),
             revoked_subjects_file=config.auth.revoked_subjects_file,
+            telemetry=EngineTelemetry(
+                tally=tally, tracer=self.telemetry.tracer, sample_ratio=self.telemetry.sample_ratio,
+                systems={n: p.kind for n, p in config.providers.items()},
+            ),
         )
+        self.telemetry.observe(lambda: engine_part(self.engine))
         self._send_lock = threading.Lock()
         self._status_due = False
         self.received = 0
@@ -80,7 +89,7 @@ class _Child:
 
     def _status(self) -> None:
         self._status_due = False
-        self._send(("status", self.engine.in_flight))
+        self._send(("status", self.engine.in_flight, self.engine.counts()))
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -92,6 +101,7 @@ class _Child:
             # The sidecar's process reports it, in one line; the traceback only at DEBUG.
             log.debug("the engine could not start", exc_info=True)
             self._send(("failed", f"{type(exc).__name__}: {exc}"))
+            await asyncio.to_thread(self.telemetry.shutdown)
             return
         self._send(("hello", self.engine.owner, list(self.engine.recovered)))
         threading.Thread(target=self._read, name="shadowtrial-claims", daemon=True).start()
@@ -106,7 +116,8 @@ class _Child:
                 asyncio.create_task(self._idle(msg[1], msg[2]))
             elif msg[0] == "stop":
                 await self._stop()
-                self._send(("stopped", encode_claims(self.engine.watermark.uncertain())))
+                await asyncio.to_thread(self.telemetry.shutdown)  # its last spans and counts
+                self._send(("stopped", encode_claims(self.engine.watermark.uncertain()), self.engine.counts()))
                 return
 
     def _read(self) -> None:
@@ -139,7 +150,7 @@ class _Child:
             await self._arrived.wait()
         await self.engine.idle()
         await self.engine.call(self.engine.flush())
-        self._send(("idle", token, self.engine.in_flight))
+        self._send(("idle", token, self.engine.in_flight, self.engine.counts()))
 
     async def _stop(self) -> None:
         """Drain within ``engine.drain_seconds``: first let what the sidecar had queued arrive

@@ -49,6 +49,7 @@ from sidecar.providers.base import Provider
 from sidecar.redact import describe
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
+from sidecar.telemetry import EngineTelemetry
 from sidecar.trials import Resolved
 
 log = logging.getLogger("shadowtrial.engine")
@@ -107,6 +108,7 @@ class Engine:
         on_done: Callable[[int], None] = lambda done_through: None,
         clock: Callable[[], float] = time.time,
         revoked_subjects_file: str = "",
+        telemetry: EngineTelemetry | None = None,
     ) -> None:
         from sidecar.engine.watermark import Watermark
 
@@ -122,6 +124,8 @@ class Engine:
         self.on_done = on_done
         self.clock = clock
         self.revoked_subjects_file = revoked_subjects_file
+        #: The counts its metrics read and the tracer of its cases (docs/telemetry.md).
+        self.telemetry = telemetry if telemetry is not None else EngineTelemetry()
         #: Which journaled claims are done (:mod:`sidecar.engine.watermark`).
         self.watermark = Watermark()
         #: This process in the fleet's case ledger.
@@ -193,9 +197,13 @@ class Engine:
             reserve_wait_s=s.reserve_wait_seconds,
             clock=self.clock,
             authorise=self._authorise,
+            tally=self.telemetry.tally,
+            tracer=self.telemetry.tracer,
+            sample_ratio=self.telemetry.sample_ratio,
         )
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
         self.recovered = await self._store.recover_expired(self.clock())
+        self.telemetry.tally.outcome("indeterminate", len(self.recovered))
         if self.recovered:
             log.warning("marked %d case(s) of a stopped process indeterminate; none is re-run", len(self.recovered))
         await self.refresh()
@@ -233,6 +241,7 @@ class Engine:
         if store is not None:
             try:
                 retired = await store.retire(self.owner, self.clock())
+                self.telemetry.tally.outcome("indeterminate", len(retired))
                 if retired:
                     log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
                 if self.settings.flush_funnel:
@@ -314,7 +323,8 @@ class Engine:
     def _activate(self, record: TrialRecord) -> Subject | None:
         try:
             subject = activate(
-                record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header
+                record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header,
+                wrap=self.telemetry.wrap,
             )
         except (LookupError, KeyError) as exc:
             log.error("trial %s cannot run on this sidecar: %s", record.id, exc)
@@ -405,6 +415,7 @@ class Engine:
     async def _sweep(self) -> None:
         assert self._store is not None
         recovered = await self._store.recover_expired(self.clock())
+        self.telemetry.tally.outcome("indeterminate", len(recovered))
         if recovered:
             log.warning("marked %d case(s) of an expired peer indeterminate; none is re-run", len(recovered))
             self.on_progress()
@@ -422,6 +433,10 @@ class Engine:
     @property
     def done_through(self) -> int:
         return self.watermark.done_through
+
+    def counts(self) -> dict[str, int]:
+        """This engine's counters (:mod:`sidecar.telemetry.readings`), from any thread."""
+        return self.telemetry.tally.snapshot()
 
     @property
     def subjects(self) -> Mapping[str, Subject]:

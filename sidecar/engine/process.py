@@ -16,8 +16,11 @@ hand-off fills and sheds — backpressure, nothing unbounded, nothing lost.
 
 The engine's process opens its own store connection and provider clients from
 the config, writes its funnel counts itself, and reports on a control pipe:
-its owner id at start, its in-flight count as cases finish, idleness when
-asked, and the end of its drain. If the sidecar's process dies, the engine's
+its owner id at start, its in-flight count and its counters (what
+:meth:`counts` gives the Prometheus endpoint: the outcomes it decided,
+judgments, provider calls) as cases finish, idleness when asked, and the end of
+its drain. It exports its own traces and metrics over OTLP when configured
+(docs/telemetry.md). If the sidecar's process dies, the engine's
 process sees the pipe close and exits at once, without a drain: its cases are
 left to its lease, as for any crash. If the engine's process dies, this side
 logs it, counts every claim it cannot forward ``shed_stopped``, and the
@@ -93,6 +96,7 @@ class EngineProcess:
         #: As the engine's process last reported them.
         self.in_flight = 0
         self.done_through = 0
+        self._counts: dict[str, int] = {}
         #: After a stop: claims the engine's process had in hand when its drain deadline
         #: passed, and whether its last counts reached the store (see :mod:`sidecar.engine.watermark`).
         self.uncertain: list[Claim] = []
@@ -174,6 +178,11 @@ class EngineProcess:
             self.funnel.add(claim.trial_id, "shed_stopped")
         self._proc = None
 
+    def counts(self) -> dict[str, int]:
+        """The engine process's counters as it last reported them (monotonic totals; a
+        report replaces the previous one, so a lost or late one loses nothing)."""
+        return self._counts
+
     async def idle(self) -> None:
         """Until everything offered so far has reached the engine's process and finished there,
         and its funnel counts are written."""
@@ -210,16 +219,19 @@ class EngineProcess:
                 msg = self._ctl.recv()
             except (EOFError, OSError):
                 break
-            if msg[0] == "status":
+            if msg[0] == "status":  # ("status", in_flight, counts)
                 self.in_flight = msg[1]
+                self._counts = msg[2]
                 self.on_progress()
             elif msg[0] == "done":
                 self.done_through = msg[1]
-            elif msg[0] == "idle":  # ("idle", token, in_flight)
+            elif msg[0] == "idle":  # ("idle", token, in_flight, counts)
                 self.in_flight = msg[2]
+                self._counts = msg[3]
                 self._settle(msg[1])
-            else:  # ("stopped", uncertain claims)
+            else:  # ("stopped", uncertain claims, counts)
                 self.uncertain = decode_claims(msg[1])
+                self._counts = msg[2]
                 self.stopped_clean = True
                 self._settle("stopped")
         self.alive = False

@@ -18,6 +18,7 @@ from judge.version import JudgeSpec
 from policies.money import Price
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import Provider
+from sidecar.telemetry.names import Role
 from sidecar.store.records import CaseFinish, Effect, TrialRecord
 from sidecar.trials import Resolved, spec_of
 
@@ -46,6 +47,10 @@ class Subject:
 #: a watch's detector step). Pure of I/O: the store writes what it returns.
 FinishHook = Callable[[Subject, CaseFinish], tuple[Effect, ...]]
 
+#: Wraps a provider client (configured under a name) for a role: the engine's telemetry
+#: counts and traces the subject's calls through it (:meth:`sidecar.telemetry.EngineTelemetry.wrap`).
+Wrap = Callable[[Provider, str, Role], Provider]
+
 
 def activate(
     record: TrialRecord,
@@ -54,13 +59,19 @@ def activate(
     providers: Mapping[str, Provider],
     shadow_header: str,
     kind: SubjectKind = "trial",
+    wrap: Wrap | None = None,
 ) -> Subject:
-    """Build the subject of ``record``; raises ``LookupError`` when a model no longer resolves."""
+    """Build the subject of ``record``; raises ``LookupError`` when a model no longer resolves.
+    ``wrap``, when given, wraps the candidate's and the judge's clients for their roles."""
     cand = resolve(record.candidate_model)
     judge = resolve(record.judge_model)
     spec = spec_of(record)
     headers = {shadow_header: "1", "X-Shadowtrial-Trial": record.id}
-    completer = ProviderCompleter(providers[judge.provider], judge.upstream, headers)
+    candidate, judge_client = providers[cand.provider], providers[judge.provider]
+    if wrap is not None:
+        candidate = wrap(candidate, cand.provider, "candidate")
+        judge_client = wrap(judge_client, judge.provider, "judge")
+    completer = ProviderCompleter(judge_client, judge.upstream, headers)
     inc_price = (
         Price(record.incumbent_price_in, record.incumbent_price_out)
         if record.incumbent_price_in is not None and record.incumbent_price_out is not None
@@ -69,7 +80,7 @@ def activate(
     return Subject(
         kind=kind,
         record=record,
-        candidate=providers[cand.provider],
+        candidate=candidate,
         candidate_upstream=cand.upstream,
         judge=PairedJudge(completer, spec),
         judge_spec=spec,

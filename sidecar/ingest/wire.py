@@ -59,6 +59,10 @@ class Exchange(msgspec.Struct, frozen=True):
     served_at: str | None = None
     latency_ms: float | None = None
     redacted: bool = False
+    #: The W3C ``traceparent`` of the gateway's request, when the gateway traces it: the
+    #: case's trace joins the gateway's (docs/telemetry.md). Only its ids are ever used; a
+    #: value that is not a valid ``traceparent`` is ignored, never refused.
+    traceparent: str | None = None
 
 
 class TapReply(msgspec.Struct, frozen=True, omit_defaults=True):
