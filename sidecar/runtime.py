@@ -33,6 +33,7 @@ from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
+from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
 from sidecar.store.base import Store
@@ -63,6 +64,8 @@ class Runtime:
         #: Where a claim goes, by the trial's pinned execution site (the uplink adds ``control_plane``).
         self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
         self.counters: Counter[str] = Counter()
+        #: Drop counts gateway plugins report in their requests' stats header (the tap's loop only).
+        self.plugin_stats = PluginStats()
         self.tap_token: str | None = config.secrets.tap_token
         self.price_book = price_book(config)
         self.resolve = resolver(config, self.price_book)

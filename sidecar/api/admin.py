@@ -23,6 +23,7 @@ from sidecar.trials import (
     IDEMPOTENCY_KEY, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, check_idempotency_key, decode_create,
 )
 from sidecar.ingest.wire import encode
+from sidecar.integrations.slo import SKIP_REASONS
 
 log = logging.getLogger("shadowtrial.admin")
 
@@ -169,6 +170,16 @@ async def metrics(request: web.Request) -> web.Response:
         metric("shadowtrial_tap_figures_excluded_total", "counter",
                "Gateway figures out of range, accepted as not reported, by field.",
                c[f"tap_figures_excluded_{field}"], f'{{field="{field}"}}')
+    for reason, n in rt.plugin_stats.totals().items():
+        metric("shadowtrial_plugin_dropped_total", "counter",
+               "Exchanges gateway plugins dropped before the tap, by reason, as they report them.",
+               n, f'{{reason="{reason}"}}')
+    metric("shadowtrial_plugin_stats_ignored_total", "counter", "Plugin stats headers ignored as malformed.",
+           rt.plugin_stats.ignored)
+    for reason in SKIP_REASONS:
+        metric("shadowtrial_litellm_webhook_skipped_total", "counter",
+               "LiteLLM webhook entries not taken as exchanges, by reason.",
+               c[f"litellm_webhook_skipped_{reason}"], f'{{reason="{reason}"}}')
     metric("shadowtrial_intake_queue_depth", "gauge", "Cases waiting in the intake queue.", rt.handoff.depth)
     metric("shadowtrial_cases_in_flight", "gauge", "Cases being dispatched or judged.", rt.engine.in_flight)
     metric("shadowtrial_running_trials", "gauge", "Trials running.", len(rt.routing.current))
