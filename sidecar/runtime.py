@@ -38,6 +38,7 @@ from sidecar.engine.parts import engine_settings, open_providers, price_book, re
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.journal import Journal
+from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
 from sidecar.store.base import Store
@@ -77,6 +78,8 @@ class Runtime:
         #: Where a claim goes, by the trial's pinned execution site (the uplink adds ``control_plane``).
         self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
         self.counters: Counter[str] = Counter()
+        #: Drop counts gateway plugins report in their requests' stats header (the tap's loop only).
+        self.plugin_stats = PluginStats()
         self.tap_token: str | None = config.secrets.tap_token
         self.price_book = price_book(config)
         self.resolve = resolver(config, self.price_book)
@@ -218,7 +221,7 @@ class Runtime:
         return combined(self._tap_readings(), engine_part(self.engine), spend_part(spend))
 
     def _tap_readings(self) -> dict[str, float]:
-        return tap_part(self.counters, self.funnel.tally, self.handoff, len(self.routing.current))
+        return tap_part(self.counters, self.funnel.tally, self.handoff, len(self.routing.current), self.plugin_stats)
 
     def _own_readings(self) -> dict[str, float]:
         """What this process exports over OTLP (on the reader's thread): an engine in its own

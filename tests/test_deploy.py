@@ -1,11 +1,12 @@
 """What deploy/ ships: the manifests hang together, the config map's TOML is a
-config the sidecar accepts, and the LiteLLM callback builds exchanges the real
-tap takes.
+config the sidecar accepts, and the LiteLLM callback shim names the plugin
+(``sidecar.integrations.litellm``), which builds exchanges the real tap takes.
 
 PyYAML is a dev dependency: the manifests are parsed and checked as objects
 (tests/test_k8s_manifests.py validates them against the Kubernetes schemas).
-LiteLLM is not installed: its ``CustomLogger`` base class is replaced by a stub module
-for the callback tests (the only LiteLLM name the callback imports).
+LiteLLM is not installed here: its ``CustomLogger`` base class is replaced by a stub
+module for the callback tests (the only LiteLLM name the plugin imports). The plugin's
+own tests, over LiteLLM's real captured kwargs, are in tests/integrations/.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -118,35 +119,61 @@ def test_litellm_callback_compiles() -> None:
 
 
 @pytest.fixture
-def callback_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """The callback module, over a stub of the one LiteLLM module it imports."""
-    stub = types.ModuleType("litellm.integrations.custom_logger")
+def callback_module(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """The plugin module (``sidecar.integrations.litellm``), over a stub of the one LiteLLM
+    module it imports when LiteLLM is not installed (the project's environment has none)."""
+    if importlib.util.find_spec("litellm") is None:
+        stub = types.ModuleType("litellm.integrations.custom_logger")
 
-    class CustomLogger:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            pass
+        class CustomLogger:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                pass
 
-    stub.CustomLogger = CustomLogger  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "litellm", types.ModuleType("litellm"))
-    monkeypatch.setitem(sys.modules, "litellm.integrations", types.ModuleType("litellm.integrations"))
-    monkeypatch.setitem(sys.modules, "litellm.integrations.custom_logger", stub)
-    spec = importlib.util.spec_from_file_location("shadowtrial_callback_under_test", CALLBACK)
+        stub.CustomLogger = CustomLogger  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "litellm", types.ModuleType("litellm"))
+        monkeypatch.setitem(sys.modules, "litellm.integrations", types.ModuleType("litellm.integrations"))
+        monkeypatch.setitem(sys.modules, "litellm.integrations.custom_logger", stub)
+    from sidecar.integrations import litellm as module
+
+    module._tap_class.cache_clear()
+    monkeypatch.delitem(module.__dict__, "proxy_handler_instance", raising=False)
+    yield module
+    module._tap_class.cache_clear()
+    module.__dict__.pop("proxy_handler_instance", None)
+
+
+def test_the_shim_in_the_config_directory_names_the_plugin(
+    callback_module: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LiteLLM loads ``shadowtrial_callback.proxy_handler_instance`` by file path from its
+    config's directory (litellm/proxy/types_utils/utils.py:get_instance_fn); the shim hands
+    over the package's instance, built from the environment."""
+    monkeypatch.setenv("LITELLM_SHADOWTRIAL_TAP_URL", "http://127.0.0.1:9/v1/exchanges")
+    monkeypatch.setenv("LITELLM_SHADOWTRIAL_BATCH_BYTES", "2048")
+    spec = importlib.util.spec_from_file_location("shadowtrial_callback", CALLBACK)
     assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    instance = shim.proxy_handler_instance
+    assert isinstance(instance, callback_module.ShadowtrialTap)
+    assert isinstance(instance, sys.modules["litellm.integrations.custom_logger"].CustomLogger)
+    assert instance.sender.tap_url == "http://127.0.0.1:9/v1/exchanges" and instance.sender.batch_bytes == 2048
+    assert instance is callback_module.proxy_handler_instance  # one per process
 
 
 def litellm_kwargs(i: int, *, team: str = "team-a", model: str = INCUMBENT, content: str | None = None,
                    user: str | None = None, headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """What LiteLLM passes a success callback, reduced to what the callback reads."""
+    """What LiteLLM passes a success callback, reduced to what the callback reads (the real,
+    complete kwargs are in tests/fixtures/litellm/kwargs/)."""
     return {
         "litellm_call_id": f"call-{i}",
         "litellm_params": {
             "proxy_server_request": {"url": "http://gw:4000/v1/chat/completions", "method": "POST", "headers": headers or {}},
+            # The key-derived metadata the proxy fills after the body: the only team source.
+            "metadata": {"user_api_key_team_alias": team, "model_group": model},
         },
         "standard_logging_object": {
-            "id": f"call-{i}",
+            "id": f"chatcmpl-{i}",
             "call_type": "acompletion",
             "status": "success",
             "model": "openai/" + model,
@@ -211,7 +238,7 @@ async def test_callback_drops_and_counts_when_the_tap_is_down(callback_module: t
     await cb.async_log_success_event(litellm_kwargs(1), None, None, None)  # returns at once
     await cb.aclose()
     stats = cb.stats()
-    assert stats.get("sent", 0) == 0 and stats["dropped_unreachable"] + stats.get("dropped_timeout", 0) == 1
+    assert stats.get("sent", 0) == 0 and stats.get("dropped_unreachable", 0) + stats.get("dropped_timeout", 0) == 1
 
 
 async def test_callback_presampling_agrees_with_the_sidecar(tmp_path: Path, callback_module: types.ModuleType) -> None:

@@ -91,6 +91,29 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {"202": {"description": "accepted", **_json_body(reply)}, **_errors(400, 401, 403, 408, 413, 415)},
                 }
             },
+            "/v1/integrations/litellm": {
+                "post": {
+                    "summary": "Hand over LiteLLM StandardLoggingPayloads (tap listener; LiteLLM's generic API "
+                               "logger): a JSON array, one object, or NDJSON",
+                    "description": "The team is the team parameter (or a single-team gateway JWT's), never the "
+                                   "payload's. Entries that are not successful chat completions, or incomplete, "
+                                   "are skipped and counted by reason.",
+                    "parameters": [
+                        {"name": "team", "in": "query", "required": False, "schema": team_schema},
+                        {"name": "gateway", "in": "query", "required": False, "schema": team_schema},
+                    ],
+                    "requestBody": {"content": {
+                        "application/json": {"schema": {"oneOf": [
+                            {"type": "object"}, {"type": "array", "items": {"type": "object"}},
+                        ]}},
+                        "application/x-ndjson": {"schema": {"type": "string"}},
+                    }},
+                    "responses": {
+                        "202": {"description": "accepted: accepted, sampled, shed, refused, and skipped by reason"},
+                        **_errors(400, 401, 403, 408, 413, 415),
+                    },
+                }
+            },
             "/v1/trials": {
                 "post": {
                     "summary": "Create a trial",
@@ -144,7 +167,7 @@ def openapi_document() -> dict[str, Any]:
         for operation in item.values():
             if path in PUBLIC_PATHS:
                 operation["security"] = []
-            elif path == "/v1/exchanges":
+            elif path in ("/v1/exchanges", "/v1/integrations/litellm"):
                 operation["security"] = [{"tapToken": []}, {}]
             else:
                 operation["responses"].update(_errors(401))

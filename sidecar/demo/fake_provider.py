@@ -24,6 +24,16 @@ Faults (also the words of ``script``): ``ok``, ``429`` (with ``Retry-After``),
 shut down, then drops the connection), ``reset`` (the connection is aborted
 without an answer), ``malformed`` (200 with invalid JSON); for judges also
 ``no_label``, ``conflicting`` and ``bias`` (answers, but with that label fault).
+
+Streaming: a chat-completions request with ``"stream": true`` is answered as
+the OpenAI API answers it, with server-sent events (``text/event-stream``):
+``data: {chat.completion.chunk}`` events — a first one with the role, the text
+in word-sized pieces, tool-call deltas, one with the ``finish_reason`` — then,
+when ``stream_options.include_usage`` is true, a chunk with empty ``choices``
+and the usage (every earlier chunk then carries ``"usage": null``), and
+``data: [DONE]``. The answer, usage and faults are drawn exactly as for a
+plain call; status faults answer before the stream starts, ``malformed`` sends
+an event that is not JSON. Messages-API (Anthropic) calls never stream.
 """
 
 from __future__ import annotations
@@ -97,6 +107,9 @@ class FakeModel:
     #: Report this (input, output) usage instead of the true one: a provider whose figures
     #: are wrong (over-reported, negative, absurd, not numbers).
     usage_override: tuple[Any, Any] | None = None
+    #: Give every chat-completions answer (streamed or not) this id instead of a per-call
+    #: one: a provider whose ids repeat (as they do after an upstream restart).
+    response_id: str | None = None
 
     def __post_init__(self) -> None:
         rates = self._fault_rates()
@@ -234,19 +247,63 @@ def make_answer(
     return _Answer(text, tool, finish, max(1, prompt_bytes // 4), out_tokens)
 
 
-def _openai_body(model: str, n: int, a: _Answer) -> dict[str, Any]:
+def _openai_id(spec: FakeModel, n: int) -> str:
+    return spec.response_id if spec.response_id is not None else f"chatcmpl-fake-{n}"
+
+
+def _openai_usage(a: _Answer) -> dict[str, Any]:
+    return {"prompt_tokens": a.input_tokens, "completion_tokens": a.output_tokens,
+            "total_tokens": _total(a.input_tokens, a.output_tokens)}
+
+
+def _tool_arguments(a: _Answer) -> str:
+    assert a.tool is not None
+    return json.dumps(a.tool[1], separators=(",", ":"))
+
+
+def _openai_body(model: str, n: int, a: _Answer, spec: FakeModel) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": a.text}
     if a.tool:
         message["tool_calls"] = [
-            {"id": f"call_{n}", "type": "function",
-             "function": {"name": a.tool[0], "arguments": json.dumps(a.tool[1], separators=(",", ":"))}}
+            {"id": f"call_{n}", "type": "function", "function": {"name": a.tool[0], "arguments": _tool_arguments(a)}}
         ]
     return {
-        "id": f"chatcmpl-fake-{n}", "object": "chat.completion", "created": 0, "model": model,
+        "id": _openai_id(spec, n), "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": a.finish_reason}],
-        "usage": {"prompt_tokens": a.input_tokens, "completion_tokens": a.output_tokens,
-                  "total_tokens": _total(a.input_tokens, a.output_tokens)},
+        "usage": _openai_usage(a),
     }
+
+
+def _text_pieces(text: str) -> list[str]:
+    """The answer as a stream would carry it: word-sized pieces that join back to ``text``."""
+    return re.findall(r"\s*\S+|\s+$", text)
+
+
+def openai_chunks(model: str, n: int, a: _Answer, spec: FakeModel, *, include_usage: bool) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of one streamed answer, in order (see the module docstring)."""
+    head = {"id": _openai_id(spec, n), "object": "chat.completion.chunk", "created": 0, "model": model}
+    tail = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **tail}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in _text_pieces(a.text)]
+    if a.tool:
+        arguments = _tool_arguments(a)
+        call = {"index": 0, "id": f"call_{n}", "type": "function", "function": {"name": a.tool[0], "arguments": ""}}
+        chunks.append(chunk({"tool_calls": [call]}))
+        half = len(arguments) // 2
+        for part in (arguments[:half], arguments[half:]):
+            chunks.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}))
+    chunks.append(chunk({}, a.finish_reason))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": _openai_usage(a)})
+    return chunks
+
+
+def _sse(data: str) -> bytes:
+    return f"data: {data}\n\n".encode()
 
 
 def _total(a: Any, b: Any) -> Any:
@@ -405,21 +462,39 @@ class FakeProvider:
             answer = make_answer(model, spec, rng, messages, body, forced, prompt_bytes)
         if delay > 0:
             await asyncio.sleep(delay)
-        return await self._respond(request, shape, model, fault, answer, spec, index)
+        return await self._respond(request, shape, model, body, fault, answer, spec, index)
+
+    async def _stream(self, request: web.Request, events: list[str]) -> web.StreamResponse:
+        """Send ``events`` as server-sent events, each written (and flushed) on its own."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(_sse(event))
+        await response.write_eof()
+        return response
 
     async def _respond(
         self,
         request: web.Request,
         shape: Shape,
         model: str,
+        body: dict[str, Any],
         fault: str,
         answer: _Answer | None,
         spec: FakeModel,
         index: int,
     ) -> web.StreamResponse:
+        streamed = shape == "openai" and body.get("stream") is True
         if answer is not None:
-            make = _anthropic_body if shape == "anthropic" else _openai_body
-            return web.json_response(make(model, index, answer))
+            if streamed:
+                options = body.get("stream_options")
+                include_usage = isinstance(options, dict) and options.get("include_usage") is True
+                events = [json.dumps(c) for c in openai_chunks(model, index, answer, spec, include_usage=include_usage)]
+                return await self._stream(request, [*events, "[DONE]"])
+            if shape == "anthropic":
+                return web.json_response(_anthropic_body(model, index, answer))
+            return web.json_response(_openai_body(model, index, answer, spec))
         if fault == "429":
             retry_after = spec.retry_after_s
             value = str(int(retry_after)) if float(retry_after).is_integer() else f"{retry_after:g}"
@@ -427,6 +502,8 @@ class FakeProvider:
         if fault in ("500", "502", "503", "504"):
             return _error(int(fault), f"fake {fault}")
         if fault == "malformed":
+            if streamed:
+                return await self._stream(request, ['{"choices": [{"delta": '])
             return web.Response(status=200, body=b'{"choices": [{"message": ', content_type="application/json")
         if fault == "timeout":
             await self._stopping.wait()

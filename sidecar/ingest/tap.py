@@ -20,6 +20,16 @@ Every refusal is ``{"error": {"code", "message", "field"}}``:
 - ``404``/``405`` for other paths and methods, ``500 internal_error`` for a bug
   (logged by exception type only: an exception's message may echo content).
 
+``POST /v1/integrations/litellm`` takes what LiteLLM's generic API logger sends
+(:mod:`sidecar.integrations.litellm_webhook`), with the same credentials and limits, and
+answers ``202 {"accepted", "sampled", "shed", "skipped": {reason: n}}``; the team is the
+URL's ``team`` parameter (or a single-team gateway JWT's), never the payload's: ``400
+missing_team``/``invalid_parameter`` and ``403 forbidden`` name the parameter, ``400
+invalid_payload`` the path of the bad JSON.
+
+Both routes read a gateway plugin's ``Shadowtrial-Plugin-Stats`` header, once the
+credential is accepted, into ``Runtime.plugin_stats`` (:mod:`sidecar.ingest.plugin_stats`).
+
 A connection idle for ``tap.idle_timeout_seconds`` — before its first request,
 between requests, or with its request headers unfinished — is closed (aiohttp's
 keep-alive timer, armed from the moment the connection is made).
@@ -43,9 +53,12 @@ from sidecar.engine.engine import Claim
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
+from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER
 from sidecar.runtime import RUNTIME, Runtime
-from sidecar.ingest.screen import screen_batch
+from sidecar.ingest.screen import Screened, screen_batch
 from sidecar.ingest.wire import DecodeError, TapReply, decode_batch, encode
+from sidecar.integrations import litellm_webhook
+from sidecar.trials import MAX_NAME_CHARS, NAME_RULE
 
 log = logging.getLogger("shadowtrial.tap")
 
@@ -87,7 +100,11 @@ def ingest(rt: Runtime, body: bytes, content_type: str, teams: frozenset[str] | 
     once the sink closed: stopping, or its engine's process died). ``teams``: the
     teams the gateway's credential may report (None: any); an exchange for another
     team is refused and counted, never matched."""
-    screened = screen_batch(decode_batch(body, content_type))
+    return offer(rt, screen_batch(decode_batch(body, content_type)), teams)
+
+
+def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) -> TapReply:
+    """The part of :func:`ingest` after decoding: match, sample, hand claims to their sinks."""
     exchanges = screened.exchanges
     refused = 0
     if teams is not None:
@@ -250,19 +267,105 @@ async def post_exchanges(request: web.Request) -> web.StreamResponse:
     teams = _gateway(request, rt)
     if isinstance(teams, web.Response):
         return teams
-    try:
-        body = await _read_body(request, rt)
-    except _Refused as refused:
-        rt.counters[f"tap_rejected_{refused.reason}"] += 1
-        if refused.reason == "read_timeout":
-            return await _answer_and_close(request, refused.response)
-        return refused.response
+    _plugin_stats(request, rt)
+    body = await _body_or_refusal(request, rt)
+    if isinstance(body, web.StreamResponse):
+        return body
     try:
         reply = ingest(rt, body, request.content_type, teams)
     except DecodeError as exc:
         rt.counters["tap_rejected_malformed"] += 1
         return _error(400, "invalid_exchange", str(exc), exc.path)
     return web.Response(status=202, body=encode(reply), content_type="application/json")
+
+
+async def post_litellm(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/integrations/litellm``: StandardLoggingPayloads from LiteLLM's generic API logger."""
+    rt = request.app[RUNTIME]
+    teams = _gateway(request, rt)
+    if isinstance(teams, web.Response):
+        return teams
+    _plugin_stats(request, rt)
+    params = _webhook_params(request, teams)
+    if isinstance(params, web.Response):
+        rt.counters["tap_rejected_malformed"] += 1
+        return params
+    team, gateway = params
+    body = await _body_or_refusal(request, rt)
+    if isinstance(body, web.StreamResponse):
+        return body
+    try:
+        batch = litellm_webhook.exchanges_from_body(body, request.content_type, team=team, gateway=gateway)
+    except DecodeError as exc:
+        rt.counters["tap_rejected_malformed"] += 1
+        return _error(400, "invalid_payload", str(exc), exc.path)
+    reply = offer(rt, batch.screened, teams)
+    for reason, n in batch.skipped.items():
+        rt.counters[f"litellm_webhook_skipped_{reason}"] += n
+    answer = litellm_webhook.WebhookReply(
+        accepted=reply.accepted, sampled=reply.sampled, shed=reply.shed, refused=reply.refused,
+        skipped={reason: batch.skipped[reason] for reason in litellm_webhook.SKIP_REASONS},
+    )
+    return web.Response(status=202, body=encode(answer), content_type="application/json")
+
+
+_WEBHOOK_PARAMS = ("team", "gateway")
+
+
+def _webhook_params(request: web.Request, teams: frozenset[str] | None) -> tuple[str, str] | web.Response:
+    """(team, gateway) from the webhook's URL, or the error response.
+
+    The team is never read from the payload (the caller of the gateway controls it): it is
+    the ``team`` parameter the operator wrote into LiteLLM's ``GENERIC_LOGGER_ENDPOINT``,
+    or, without one, the only team of the gateway JWT; a ``team`` the JWT does not carry is 403."""
+    query = request.rel_url.query
+    for name in query:
+        if name not in _WEBHOOK_PARAMS:
+            return _error(400, "invalid_parameter", f"unknown query parameter {name!r}; "
+                          f"known: {', '.join(_WEBHOOK_PARAMS)}", name)
+        if len(query.getall(name)) > 1:
+            return _error(400, "invalid_parameter", f"query parameter {name!r} given more than once", name)
+    for name in _WEBHOOK_PARAMS:
+        value = query.get(name)
+        if value is not None and not _is_name(value):
+            return _error(400, "invalid_parameter", f"{name} must be {NAME_RULE}", name)
+    team = query.get("team")
+    if team is None:
+        if teams is None or len(teams) != 1:
+            return _error(400, "missing_team", "the team is not taken from LiteLLM's payload (a caller can set it); "
+                          "add ?team=<team> to the logger's URL", "team")
+        (team,) = teams
+    elif teams is not None and team not in teams:
+        return _error(403, "forbidden", "the gateway's credential does not cover this team", "team")
+    return team, query.get("gateway", "litellm")
+
+
+def _is_name(value: str) -> bool:
+    """A team or gateway name as trials take it (sidecar.trials.NAME_RULE)."""
+    return (
+        0 < len(value) <= MAX_NAME_CHARS and value == value.strip()
+        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+    )
+
+
+def _plugin_stats(request: web.Request, rt: Runtime) -> None:
+    """Take a gateway plugin's drop counts from its stats header (one header, bounded)."""
+    values = request.headers.getall(PLUGIN_STATS_HEADER, [])
+    if len(values) == 1:
+        rt.plugin_stats.record(values[0])
+    elif values:
+        rt.plugin_stats.ignored += 1
+
+
+async def _body_or_refusal(request: web.Request, rt: Runtime) -> bytes | web.StreamResponse:
+    """The decoded body, or the refusal answered (and counted)."""
+    try:
+        return await _read_body(request, rt)
+    except _Refused as refused:
+        rt.counters[f"tap_rejected_{refused.reason}"] += 1
+        if refused.reason == "read_timeout":
+            return await _answer_and_close(request, refused.response)
+        return refused.response
 
 
 async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
@@ -306,6 +409,7 @@ def tap_app(rt: Runtime) -> web.Application:
         if verifier is not None:
             app[GATEWAY_VERIFIER] = verifier
     app.router.add_post("/v1/exchanges", post_exchanges)
+    app.router.add_post("/v1/integrations/litellm", post_litellm)
     app.router.add_get("/healthz", tap_healthz)
     return app
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
+from sidecar.ingest import plugin_stats
+from sidecar.integrations import slo
 from sidecar.store.records import OUTCOMES
 
 #: The instrumentation scope of every span and metric.
@@ -89,6 +91,10 @@ FINISH_REASONS = frozenset(
 #: Tap refusals and excluded gateway figures (sidecar.ingest.tap counts them in ``rt.counters``).
 TAP_REJECTED = ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding")
 TAP_FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
+#: Why a gateway plugin dropped an exchange, as it reports it (sidecar.ingest.plugin_stats).
+PLUGIN_DROP_REASONS: tuple[str, ...] = plugin_stats.REASONS
+#: Why the LiteLLM webhook did not take an entry (sidecar.integrations.slo).
+WEBHOOK_SKIPS: tuple[str, ...] = slo.SKIP_REASONS
 
 
 def finish_reason(value: str | None) -> str:
@@ -161,6 +167,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("shadowtrial.tap.figures_excluded", "shadowtrial_tap_figures_excluded_total", "counter", "{figure}",
            "Gateway figures out of range, accepted as not reported, by field.",
            _by("field", ((f, f"tap_figures_excluded_{f}") for f in TAP_FIGURES))),
+    Metric("shadowtrial.plugin.dropped", "shadowtrial_plugin_dropped_total", "counter", "{exchange}",
+           "Exchanges gateway plugins dropped before the tap, by reason, as they report them.",
+           _by("reason", ((r, f"plugin_dropped_{r}") for r in PLUGIN_DROP_REASONS))),
+    Metric("shadowtrial.plugin.stats_ignored", "shadowtrial_plugin_stats_ignored_total", "counter", "{header}",
+           "Plugin stats headers ignored as malformed.", _one("plugin_stats_ignored")),
+    Metric("shadowtrial.litellm_webhook.skipped", "shadowtrial_litellm_webhook_skipped_total", "counter", "{entry}",
+           "LiteLLM webhook entries not taken as exchanges, by reason.",
+           _by("reason", ((r, f"litellm_webhook_skipped_{r}") for r in WEBHOOK_SKIPS))),
     Metric("shadowtrial.intake.queue.depth", "shadowtrial_intake_queue_depth", "gauge", "{case}",
            "Cases waiting in the intake queue.", _one("queue_depth")),
     Metric("shadowtrial.cases.in_flight", "shadowtrial_cases_in_flight", "gauge", "{case}",

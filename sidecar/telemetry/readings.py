@@ -18,7 +18,15 @@ from __future__ import annotations
 from typing import Mapping, Protocol
 
 from sidecar.store.records import OUTCOMES
-from sidecar.telemetry.names import CALL_RESULTS, JUDGMENT_OUTCOMES, ROLES, TAP_FIGURES, TAP_REJECTED
+from sidecar.telemetry.names import (
+    CALL_RESULTS,
+    JUDGMENT_OUTCOMES,
+    PLUGIN_DROP_REASONS,
+    ROLES,
+    TAP_FIGURES,
+    TAP_REJECTED,
+    WEBHOOK_SKIPS,
+)
 from sidecar.telemetry.tally import Tally
 
 #: Keys of the counters each part always reports, zero until counted.
@@ -32,6 +40,7 @@ TAP_COUNTER_KEYS = (
     ("exchanges_received", "cases_sampled")
     + tuple(f"tap_rejected_{r}" for r in TAP_REJECTED)
     + tuple(f"tap_figures_excluded_{f}" for f in TAP_FIGURES)
+    + tuple(f"litellm_webhook_skipped_{r}" for r in WEBHOOK_SKIPS)
 )
 #: ``TrialService.fleet_spend`` keys → reading keys.
 SPEND_KEYS = {"known": "spend.known", "reserved": "spend.reserved", "unknown_calls": "spend.unknown_calls"}
@@ -51,8 +60,20 @@ class EngineCounts(Protocol):
     def counts(self) -> Mapping[str, int]: ...
 
 
-def tap_part(counters: Mapping[str, int], funnel: Tally, queue: _Queue, running_trials: int) -> dict[str, float]:
+class _PluginDrops(Protocol):
+    @property
+    def ignored(self) -> int: ...
+
+    def totals(self) -> Mapping[str, int]: ...
+
+
+def tap_part(
+    counters: Mapping[str, int], funnel: Tally, queue: _Queue, running_trials: int, plugins: _PluginDrops
+) -> dict[str, float]:
     out: dict[str, float] = {key: counters.get(key, 0) for key in TAP_COUNTER_KEYS}
+    totals = plugins.totals()
+    out.update((f"plugin_dropped_{r}", totals.get(r, 0)) for r in PLUGIN_DROP_REASONS)
+    out["plugin_stats_ignored"] = plugins.ignored
     out.update(dict.fromkeys(OUTCOME_KEYS, 0))
     out.update(funnel.snapshot())
     out["queue_depth"] = queue.depth

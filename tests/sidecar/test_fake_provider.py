@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
@@ -266,3 +268,108 @@ async def test_judge_through_the_provider_client_matches_generated_qualities() -
     assert verdict.ok and verdict.content is not None
     assert LABEL_RE.findall(verdict.content) == ["B>>A"]
     assert fp.calls == {"weak": 1, "strong": 1, "judge": 1}
+
+
+# --- streaming (server-sent events, as the OpenAI API sends them) ----------------------
+
+
+def sse_events(raw: bytes) -> list[str]:
+    """The ``data:`` payloads of an SSE body, checking the framing on the way."""
+    text = raw.decode()
+    assert text.endswith("\n\n"), text[-40:]
+    events = text[:-2].split("\n\n")
+    assert all(e.startswith("data: ") for e in events), events
+    return [e[len("data: "):] for e in events]
+
+
+async def stream_and_plain(models: dict[str, FakeModel], **params: Any) -> tuple[httpx.Response, httpx.Response]:
+    """The same first call answered streamed and plain (two providers, same seed)."""
+    out = []
+    for stream in (True, False):
+        async with FakeProvider(models, seed=4) as fp, httpx.AsyncClient() as client:
+            body = chat_body("cand", **params, **({"stream": True} if stream else {}))
+            out.append(await post(client, fp, body))
+    return out[0], out[1]
+
+
+async def test_stream_sends_chunks_that_join_to_the_plain_answer_then_done() -> None:
+    streamed, plain = await stream_and_plain({"cand": FakeModel(quality_noise=0.2)})
+    assert streamed.status_code == 200
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(streamed.content)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert {c["id"] for c in chunks} == {plain.json()["id"]}
+    assert all("usage" not in c for c in chunks)  # not asked for: absent, as the OpenAI API does
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert len(chunks) > 3  # the text comes in pieces
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == plain.json()["choices"][0]["message"]["content"]
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks]
+    assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
+
+
+async def test_stream_include_usage_adds_a_usage_chunk_and_null_usage_before() -> None:
+    streamed, plain = await stream_and_plain({"cand": FakeModel()}, stream_options={"include_usage": True})
+    chunks = [json.loads(e) for e in sse_events(streamed.content)[:-1]]
+    *body, last = chunks
+    assert last["choices"] == [] and last["usage"] == plain.json()["usage"]
+    assert all(c["usage"] is None for c in body)
+
+
+async def test_stream_tool_call_deltas_rebuild_the_call() -> None:
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    models = {"cand": FakeModel(tool_arguments={"city": "Oslo", "days": 3})}
+    streamed, plain = await stream_and_plain(models, tools=tools, tool_choice="required")
+    chunks = [json.loads(e) for e in sse_events(streamed.content)[:-1]]
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks if "tool_calls" in c["choices"][0]["delta"]]
+    assert calls[0]["function"]["name"] == "lookup" and calls[0]["id"]
+    arguments = "".join(c["function"]["arguments"] for c in calls)
+    assert json.loads(arguments) == {"city": "Oslo", "days": 3}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert plain.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == arguments
+
+
+async def test_stream_faults_answer_before_the_stream_or_break_it() -> None:
+    models = {"cand": FakeModel(script=["429", "503", "malformed", "ok"])}
+    async with FakeProvider(models) as fp, httpx.AsyncClient() as client:
+        responses = [await post(client, fp, chat_body("cand", stream=True)) for _ in range(4)]
+    assert [r.status_code for r in responses] == [429, 503, 200, 200]
+    assert responses[0].headers["content-type"].startswith("application/json")
+    broken = sse_events(responses[2].content)
+    with pytest.raises(ValueError):
+        json.loads(broken[0])
+    assert "[DONE]" not in broken
+    assert sse_events(responses[3].content)[-1] == "[DONE]"
+
+
+async def test_stream_is_deterministic_and_the_response_id_can_repeat() -> None:
+    models = {"cand": FakeModel(quality_noise=0.3, response_id="chatcmpl-same")}
+
+    async def run() -> list[bytes]:
+        async with FakeProvider(models, seed=9) as fp, httpx.AsyncClient() as client:
+            return [(await post(client, fp, chat_body("cand", stream=True))).content for _ in range(3)]
+
+    first, again = await run(), await run()
+    assert first == again and len(set(first)) == 3
+    ids = {json.loads(e)["id"] for raw in first for e in sse_events(raw)[:-1]}
+    assert ids == {"chatcmpl-same"}
+
+
+async def test_official_openai_client_reads_the_stream() -> None:
+    models = {"cand": FakeModel(quality=0.7, quality_noise=0.0)}
+    async with FakeProvider(models, seed=2) as fp:
+        async with openai.AsyncOpenAI(base_url=fp.base_url, api_key="sk-test", max_retries=0) as client:
+            stream = await client.chat.completions.create(
+                model="cand", messages=[{"role": "user", "content": "hi"}], stream=True,
+                stream_options={"include_usage": True},
+            )
+            pieces, usage = [], None
+            async for chunk in stream:
+                pieces.extend(c.delta.content or "" for c in chunk.choices)
+                usage = chunk.usage or usage
+            plain = await client.chat.completions.create(model="cand", messages=[{"role": "user", "content": "hi"}])
+    assert MARKER_RE.findall("".join(pieces)) == ["0.700"]
+    assert usage is not None and usage.completion_tokens > 0
+    assert plain.choices[0].message.content and MARKER_RE.findall(plain.choices[0].message.content) == ["0.700"]

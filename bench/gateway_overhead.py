@@ -1,0 +1,380 @@
+"""Benchmark: what a logging callback costs a real LiteLLM proxy's serving path (issue 10, item 4).
+
+    .venv/bin/python bench/gateway_overhead.py                      # 3 rounds x 1,000 requests per proxy
+    .venv/bin/python bench/gateway_overhead.py --rounds 1 --requests 200 --throughput-requests 200   # a quick look
+    .venv/bin/python bench/gateway_overhead.py --stream             # streamed answers instead
+
+LiteLLM ``litellm[proxy]==1.80.0`` runs from the environment ``tests/litellm_proxy.py``
+builds and caches (``~/.cache/shadowtrial/...``; about 35 s the first time). Six proxies,
+one config, differing only in what is registered as a callback:
+
+- **none** — no callback: the reference;
+- **plugin, sidecar up** — shadowtrial's plugin (``sidecar.integrations.litellm``, default
+  settings: 0.5 s timeout, 0.2 s flush, batches of 100) posting to a real sidecar (its own
+  process, engine in another) with one running trial that matches every call and samples
+  ``--sample-rate`` of them, so candidate and judge calls really run beside the load;
+- **plugin, sidecar stopped** — the same plugin, its tap URL a port nothing listens on;
+- **plugin, sidecar hung** — its tap URL a raw socket server that accepts connections and
+  never reads or answers them (every POST runs into the plugin's timeout);
+- **generic_api (unlicensed)** — LiteLLM's own generic API logger to a sink. In 1.80.0 it is
+  an enterprise feature: without a licence it raises before queueing anything
+  (``tests/integrations/FINDINGS.md``), so this row is the cost of that check and its
+  logged traceback, not of sending;
+- **generic format -> sink** — a stand-in posting what the generic API logger would (JSON
+  arrays of standard logging objects through LiteLLM's own ``safe_dumps`` and HTTP client,
+  512 per batch or every 5 s) to the same sink (``GENERIC_SENDER`` in tests/litellm_proxy.py).
+
+Load: one ``httpx.AsyncClient`` (keep-alive), the same chat completion (a system and a user
+message of about 1 KB, ``max_tokens`` 256, key ``sk-team-a``) for every proxy, only to
+127.0.0.1. Each round has two phases, and ``--rounds`` rounds are pooled:
+
+- **latency**: one request at a time, round-robin over the proxies (the order rotated every
+  cycle), ``--requests`` per proxy: p50 and p99 of the full request time;
+- **throughput**: ``--throughput-requests`` per proxy at ``--concurrency`` in flight, the
+  proxies taking turns in blocks of ``--block`` requests: requests/s = requests / time in
+  that proxy's blocks.
+
+Reported per proxy: p50, p99, requests/s, each as a ratio against *none*, and the proxy
+process's CPU per request (user + system, from /proc, both phases). A warm-up of
+``--warmup`` requests per proxy is not counted. The fake upstream answers at once, so the
+latencies are LiteLLM's own overhead plus loopback. ``others`` is the CPU the rest of the
+machine used meanwhile: when it is high, compare only within the run. Speed is measured,
+never asserted (DESIGN.md section 14). The run is bounded by its request counts and by
+``--deadline`` seconds, and stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from tap import (  # noqa: E402
+    CANDIDATE, HOST, INCUMBENT, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, run_fake_provider, run_sidecar,
+)
+from tests.litellm_proxy import (  # noqa: E402
+    GENERIC_CALLBACK, LITELLM_GENERIC_API, PLUGIN_CALLBACK, Deployment, LiteLLMProxy, ensure_litellm_venv,
+    free_port, proxy_env, start_proxies, write_proxy_dir,
+)
+
+TEAM_KEY, TEAM = "sk-team-a", "team-a"
+PRICE = (2e-6, 8e-6)  # USD per token, the sidecar's list price for the incumbent (bench/tap.py)
+
+
+# --- servers -------------------------------------------------------------------------
+
+
+def run_sink(conn: Connection) -> None:
+    """Takes any POST and answers 200 (the generic logger's endpoint)."""
+    from aiohttp import web
+
+    async def take(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=200, text="{}", content_type="application/json")
+
+    async def main() -> None:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/{path:.*}", take)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, HOST, 0).start()
+        conn.send(f"http://{HOST}:{runner.addresses[0][1]}")
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await runner.cleanup()
+        conn.send("stopped")
+
+    asyncio.run(main())
+
+
+class HungServer:
+    """Accepts TCP connections on 127.0.0.1 and never reads or answers; keeps them open until closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((HOST, 0))
+        self.sock.listen(1024)
+        self.port: int = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="hung-server", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+# --- load -------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    """One proxy's measurements, pooled over rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    throughput_requests: int = 0
+    throughput_seconds: float = 0.0
+    errors: int = 0
+    cpu_seconds: float = 0.0
+    requests: int = 0  # all measured requests, both phases (for CPU per request)
+
+    def p(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
+
+    @property
+    def rps(self) -> float:
+        return self.throughput_requests / self.throughput_seconds if self.throughput_seconds else 0.0
+
+
+def request_body(stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": INCUMBENT,
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}],
+        "max_tokens": 256,
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def one(client: httpx.AsyncClient, proxy: LiteLLMProxy, body: dict[str, Any]) -> tuple[float, bool]:
+    t0 = time.perf_counter()
+    try:
+        async with client.stream("POST", f"{proxy.base_url}/chat/completions", json=body) as r:
+            async for _ in r.aiter_raw():
+                pass
+            ok = r.status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    return time.perf_counter() - t0, ok
+
+
+async def latency_phase(client: httpx.AsyncClient, proxies: list[LiteLLMProxy], figures: dict[str, Figures],
+                        n: int, body: dict[str, Any], deadline: float) -> None:
+    for i in range(n):
+        if time.monotonic() > deadline:
+            return
+        shift = i % len(proxies)
+        for proxy in proxies[shift:] + proxies[:shift]:
+            seconds, ok = await one(client, proxy, body)
+            f = figures[proxy.name]
+            f.requests += 1
+            if ok:
+                f.latencies.append(seconds)
+            else:
+                f.errors += 1
+
+
+async def throughput_phase(client: httpx.AsyncClient, proxies: list[LiteLLMProxy], figures: dict[str, Figures],
+                           n: int, block: int, concurrency: int, body: dict[str, Any], deadline: float) -> None:
+    async def burst(proxy: LiteLLMProxy, count: int) -> None:
+        queue = iter(range(count))
+        f = figures[proxy.name]
+
+        async def worker() -> None:
+            for _ in queue:
+                _, ok = await one(client, proxy, body)
+                f.requests += 1
+                f.errors += 0 if ok else 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+        f.throughput_seconds += time.perf_counter() - t0
+        f.throughput_requests += count
+
+    done = 0
+    turn = 0
+    while done < n and time.monotonic() < deadline:
+        count = min(block, n - done)
+        shift = turn % len(proxies)
+        for proxy in proxies[shift:] + proxies[:shift]:
+            await burst(proxy, count)
+        done += count
+        turn += 1
+
+
+# --- the run ----------------------------------------------------------------------------
+
+
+async def create_trial(admin: str, rate: float) -> str:
+    async with httpx.AsyncClient(timeout=30.0, trust_env=False) as c:
+        r = await c.post(f"{admin}/v1/trials", json={
+            "team": TEAM, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+            "spend_cap_usd": 1000.0, "sample_rate": rate, "audit_share": 0.0,
+        })
+        r.raise_for_status()
+        return str(r.json()["id"])
+
+
+async def sidecar_report(admin: str, trial_id: str) -> str:
+    async with httpx.AsyncClient(timeout=30.0, trust_env=False) as c:
+        metrics = (await c.get(f"{admin}/metrics")).text
+        trial = (await c.get(f"{admin}/v1/trials/{trial_id}")).json()
+    wanted = ("shadowtrial_exchanges_received_total", "shadowtrial_plugin_dropped_total")
+    lines = [line for line in metrics.splitlines() if line.startswith(wanted) and not line.endswith(" 0")]
+    outcomes = {k: v for k, v in trial["funnel"]["outcomes"].items() if v}
+    return "; ".join(lines) + f"; trial funnel {outcomes}"
+
+
+def proxy_cpu(proxy: LiteLLMProxy) -> float:
+    assert proxy.process is not None
+    return _proc_cpu(proxy.process.pid) or 0.0
+
+
+def helpers_cpu(children: list[Child]) -> float:
+    """CPU seconds so far of this process (the load generator) and the helper children."""
+    return _own_cpu() + sum(c.cpu_seconds() or 0.0 for c in children)
+
+
+async def measure(
+    args: argparse.Namespace, proxies: list[LiteLLMProxy], children: list[Child],
+) -> tuple[dict[str, Figures], float, float, float]:
+    """Figures per proxy, wall seconds, CPU seconds of the helpers (client, upstream, sidecar,
+    sink) and of everything else on the machine, over the measured part."""
+    figures = {p.name: Figures() for p in proxies}
+    body = request_body(args.stream)
+    limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
+    headers = {"Authorization": f"Bearer {TEAM_KEY}"}
+    deadline = time.monotonic() + args.deadline
+    async with httpx.AsyncClient(limits=limits, timeout=60.0, headers=headers, trust_env=False) as client:
+        for proxy in proxies:  # warm-up, not counted
+            for _ in range(args.warmup):
+                await one(client, proxy, body)
+        cpu0 = {p.name: proxy_cpu(p) for p in proxies}
+        wall0, busy0, helpers0 = time.monotonic(), _machine_busy(), helpers_cpu(children)
+        for r in range(args.rounds):
+            print(f"  round {r + 1}/{args.rounds}: latency ...", flush=True)
+            await latency_phase(client, proxies, figures, args.requests, body, deadline)
+            print(f"  round {r + 1}/{args.rounds}: throughput ...", flush=True)
+            await throughput_phase(client, proxies, figures, args.throughput_requests, args.block, args.concurrency,
+                                   body, deadline)
+        wall, busy1, helpers = time.monotonic() - wall0, _machine_busy(), helpers_cpu(children) - helpers0
+        for p in proxies:
+            figures[p.name].cpu_seconds = proxy_cpu(p) - cpu0[p.name]
+    if time.monotonic() > deadline:
+        print(f"  stopped at the --deadline of {args.deadline:.0f} s: figures cover what was measured")
+    ours = sum(f.cpu_seconds for f in figures.values()) + helpers
+    machine = (busy1 - busy0) if busy0 is not None and busy1 is not None else float("nan")
+    return figures, wall, helpers, machine - ours
+
+
+def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_cpu: float, others_cpu: float) -> None:
+    ref = figures[order[0]]
+    print()
+    head = (f"{'callback':<28}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'p50 x':>8}{'p99 x':>8}"
+            f"{'req/s':>9}{'req/s x':>9}{'CPU ms/req':>12}")
+    print(head)
+    print("-" * len(head))
+    for name in order:
+        f = figures[name]
+        if not f.latencies:
+            print(f"{name:<28}{'no successful request':>40}")
+            continue
+        cpu = f.cpu_seconds / f.requests * 1000.0 if f.requests else float("nan")
+        print(f"{name:<28}{len(f.latencies):>6}{f.errors:>5}{f.p(0.50):>9.2f}{f.p(0.99):>9.2f}"
+              f"{f.p(0.50) / ref.p(0.50):>8.3f}{f.p(0.99) / ref.p(0.99):>8.3f}"
+              f"{f.rps:>9.1f}{(f.rps / ref.rps if ref.rps else float('nan')):>9.3f}{cpu:>12.2f}")
+    proxies_cpu = sum(f.cpu_seconds for f in figures.values())
+    print(f"\nwall {wall:.0f} s; CPU-s: proxies {proxies_cpu:.0f}, load generator + upstream + sidecar + sink "
+          f"{helpers_cpu:.0f}, others (outside this benchmark) {others_cpu:.0f} "
+          f"({others_cpu / wall * 100 if wall else 0:.0f}% of one core); load average now {_loadavg()}")
+    means = {name: statistics.fmean(figures[name].latencies) * 1000 for name in order if figures[name].latencies}
+    print("mean latency ms: " + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+async def amain(args: argparse.Namespace) -> int:
+    venv = ensure_litellm_venv()
+    print(f"LiteLLM environment: {venv}; load average {_loadavg()}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-overhead-"))
+    fake = Child(run_fake_provider)
+    sidecar = sink = None
+    hung = HungServer()
+    proxies: list[LiteLLMProxy] = []
+    try:
+        sidecar = Child(run_sidecar, fake.hello, str(tmp))
+        sink = Child(run_sink)
+        trial_id = await create_trial(sidecar.hello["admin_url"], args.sample_rate)
+        stopped = free_port()
+        tap = {
+            "plugin, sidecar up": f"{sidecar.hello['tap_url']}/v1/exchanges",
+            "plugin, sidecar stopped": f"http://{HOST}:{stopped}/v1/exchanges",
+            "plugin, sidecar hung": f"http://{HOST}:{hung.port}/v1/exchanges",
+        }
+        deployments = [Deployment(INCUMBENT, INCUMBENT, PRICE)]
+        specs: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {"none": ((), {})}
+        for name, url in tap.items():
+            specs[name] = ((PLUGIN_CALLBACK,), {"LITELLM_SHADOWTRIAL_TAP_URL": url, "LITELLM_SHADOWTRIAL_GATEWAY": "bench"})
+        specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
+        specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
+        for i, (name, (callbacks, env)) in enumerate(specs.items()):
+            config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments, callbacks=callbacks)
+            proxies.append(LiteLLMProxy(name, venv, config, proxy_env(env)))
+        t0 = time.monotonic()
+        start_proxies(proxies, timeout_s=240.0)
+        print(f"{len(proxies)} proxies ready in {time.monotonic() - t0:.1f} s; measuring "
+              f"({args.rounds} x {args.requests} sequential + {args.rounds} x {args.throughput_requests} at "
+              f"concurrency {args.concurrency} per proxy{', streamed' if args.stream else ''})", flush=True)
+        figures, wall, helpers, others = await measure(args, proxies, [fake, sidecar, sink])
+        report(figures, list(specs), wall, helpers, others)
+        print(f"sidecar: {await sidecar_report(sidecar.hello['admin_url'], trial_id)}")
+        print(f"hung server: {len(hung.accepted)} connection(s) accepted, none answered")
+        return 0
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        hung.close()
+        for child in (sink, sidecar, fake):
+            if child is not None:
+                child.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=1000, help="sequential requests per proxy per round")
+    parser.add_argument("--throughput-requests", type=int, default=1000, help="concurrent requests per proxy per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--block", type=int, default=100, help="throughput requests per proxy turn")
+    parser.add_argument("--warmup", type=int, default=30, help="uncounted requests per proxy first")
+    parser.add_argument("--sample-rate", type=float, default=0.05, help="the running trial's rate (sidecar up)")
+    parser.add_argument("--stream", action="store_true", help="streamed answers (stream_options.include_usage)")
+    parser.add_argument("--deadline", type=float, default=2400.0, help="stop measuring after this many seconds")
+    args = parser.parse_args(argv)
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Hand copies of served exchanges from a LiteLLM proxy to the shadowtrial tap.
+
+A LiteLLM ``CustomLogger``: after LiteLLM has answered a chat completion, its logging
+worker calls ``async_log_success_event``, which maps the call to a tap exchange
+(:func:`sidecar.integrations.slo.to_exchange`), pre-samples it when configured, and offers
+it to a :class:`~sidecar.integrations.sender.TapSender`: a bounded buffer (by count and
+bytes; a full one sheds the newest) posted to the tap in batches bounded by count and bytes,
+never retried, an oversized exchange dropped alone, every drop counted by reason and
+reported to the sidecar (``Shadowtrial-Plugin-Stats``) and to the gateway's Prometheus
+registry. Nothing here can delay, fail or change what the caller received: the hook never
+awaits the network and never raises; calls carrying the sidecar's shadow header are never
+sent back; only allow-listed request parameters leave the gateway.
+
+What is trusted (checked on a real LiteLLM 1.80.0 proxy; see :mod:`sidecar.integrations.slo`):
+the team is the key's, from ``kwargs["litellm_params"]["metadata"]``, which the proxy fills
+from the key after the request body (a body's ``metadata`` or ``litellm_metadata`` cannot
+change it); the model is that metadata's ``model_group``; the exchange id is LiteLLM's
+``litellm_call_id``. A cost of zero is sent only when the deployment's own ``model_info``
+declares zero token prices, and no cost at all when the request body carried prices
+(LiteLLM 1.80.0 lets a caller re-price a call that way). Content is withheld
+(``"redacted": true``) under LiteLLM's ``turn_off_message_logging`` (global, or per key or
+team) and for a request with ``x-litellm-enable-message-redaction``.
+
+Register it from the proxy's config directory with the shim
+``deploy/gateways/litellm/shadowtrial_callback.py`` (``from sidecar.integrations.litellm
+import proxy_handler_instance``)::
+
+    litellm_settings:
+      callbacks: shadowtrial_callback.proxy_handler_instance
+
+This module imports only the standard library, httpx and :mod:`policies.sampling`;
+LiteLLM's ``CustomLogger`` is imported when ``ShadowtrialTap`` or
+``proxy_handler_instance`` is first used (module ``__getattr__``), so the module imports
+where LiteLLM is not installed. Settings are read from the environment once, when
+``proxy_handler_instance`` is built (:meth:`TapPlugin.from_env`; see ``docs/litellm.md``).
+LiteLLM runs one instance per worker process; each has its own buffer and counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any, Callable, Mapping, cast
+from urllib.parse import urlsplit
+
+import httpx
+
+from sidecar.integrations.sender import DROP_REASONS, STATS_HEADER, TapSender
+from sidecar.integrations.slo import Context, Skip, to_exchange
+
+__all__ = ["DROP_REASONS", "STATS_HEADER", "TapPlugin", "build_from_env"]
+
+log = logging.getLogger("shadowtrial.litellm")
+
+TRIALS_REFRESH_S = 30.0
+ENV_PREFIX = "LITELLM_SHADOWTRIAL_"
+
+SampleFn = Callable[[str, str, float], bool]
+
+
+class TapPlugin:
+    """The plugin without LiteLLM's base class (``ShadowtrialTap`` adds it; see the module docstring).
+
+    Maps each call, pre-samples it when configured, and hands it to a :class:`TapSender`
+    (whose docstring states what happens on a full buffer, a timeout, a shutdown)."""
+
+    def __init__(
+        self,
+        tap_url: str = "http://127.0.0.1:8790/v1/exchanges",
+        *,
+        tap_token: str | None = None,
+        gateway: str = "litellm",
+        default_team: str = "default",
+        timeout_s: float = 0.5,
+        batch_size: int = 100,
+        batch_bytes: int = 1 << 20,
+        tap_max_bytes: int = 4 << 20,
+        flush_s: float = 0.2,
+        max_buffer: int = 5000,
+        buffer_bytes: int = 64 << 20,
+        stats_every_s: float = 5.0,
+        admin_url: str | None = None,
+        admin_token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.sender = TapSender(
+            tap_url, tap_token=tap_token, timeout_s=timeout_s, batch_size=batch_size, batch_bytes=batch_bytes,
+            tap_max_bytes=tap_max_bytes, flush_s=flush_s, max_buffer=max_buffer, buffer_bytes=buffer_bytes,
+            stats_every_s=stats_every_s, transport=transport,
+        )
+        self.gateway = gateway
+        self.default_team = default_team
+        self.admin_url = admin_url.rstrip("/") if admin_url else None
+        self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+        self._counts: Counter[str] = Counter()
+        # Pre-sampling: None = unknown (send everything).
+        self._is_sampled: SampleFn | None = _load_is_sampled() if self.admin_url else None
+        if self.admin_url and self._is_sampled is None:
+            log.warning("shadowtrial: pre-sampling needs policies.sampling; sending all")
+        self._trials: list[dict[str, Any]] | None = None
+        self._trials_read_at = -float("inf")
+        self._refresher: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> TapPlugin:
+        """An instance configured by ``LITELLM_SHADOWTRIAL_*`` variables; ValueError names a bad one."""
+
+        def get(name: str, default: str = "") -> str:
+            return environ.get(ENV_PREFIX + name, default)
+
+        def number(name: str, default: str, kind: Callable[[str], Any]) -> Any:
+            try:
+                return kind(get(name, default))
+            except ValueError:
+                raise ValueError(f"{ENV_PREFIX}{name} must be a number, not {get(name)!r}") from None
+
+        return cls(
+            get("TAP_URL", "http://127.0.0.1:8790/v1/exchanges"),
+            tap_token=get("TAP_TOKEN") or None,
+            gateway=get("GATEWAY", "litellm"),
+            default_team=get("DEFAULT_TEAM", "default"),
+            timeout_s=number("TIMEOUT_S", "0.5", float),
+            batch_size=number("BATCH", "100", int),
+            batch_bytes=number("BATCH_BYTES", str(1 << 20), int),
+            tap_max_bytes=number("TAP_MAX_BYTES", str(4 << 20), int),
+            flush_s=number("FLUSH_S", "0.2", float),
+            max_buffer=number("BUFFER", "5000", int),
+            buffer_bytes=number("BUFFER_BYTES", str(64 << 20), int),
+            stats_every_s=number("STATS_EVERY_S", "5", float),
+            admin_url=get("ADMIN_URL") or None,
+            admin_token=get("ADMIN_TOKEN") or None,
+        )
+
+    async def aclose(self) -> None:
+        """Send what is buffered (one timeout per batch) and unreported drops, then close the client."""
+        if self._refresher is not None and not self._refresher.done():
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
+        await self.sender.aclose()
+
+    def stats(self) -> dict[str, int]:
+        """Counts: ``queued``, ``sent``, ``skipped_*``, ``dropped_*`` (by reason), ``buffered`` now."""
+        dropped = {f"dropped_{r}": n for r, n in self.sender.dropped.items()}
+        return {**self._counts, **self.sender.counts, **dropped, "buffered": self.sender.buffered}
+
+    def stats_header(self) -> str:
+        """The ``Shadowtrial-Plugin-Stats`` value of this instance's next POST."""
+        return self.sender.stats_header()
+
+    # -- LiteLLM hooks ---------------------------------------------------------
+
+    async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        try:
+            exchange = self.exchange_from(kwargs)
+            if exchange is not None and self._wanted(exchange):
+                self.sender.offer(exchange)
+        except Exception:  # a logging callback must never disturb the gateway
+            self.sender.drop("error", 1)
+
+    # -- building an exchange --------------------------------------------------
+
+    def exchange_from(self, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The tap exchange for one LiteLLM call, or None (counted ``skipped_<reason>``)."""
+        slo = kwargs.get("standard_logging_object")
+        if not isinstance(slo, dict):
+            self._counts["skipped_incomplete"] += 1
+            return None
+        mapped = to_exchange(slo, self.context_of(kwargs))
+        if isinstance(mapped, Skip):
+            self._counts[f"skipped_{mapped.reason}"] += 1
+            return None
+        return mapped
+
+    def context_of(self, kwargs: Mapping[str, Any]) -> Context:
+        """What the call's kwargs say that its logged payload cannot be trusted for."""
+        params = _dict(kwargs.get("litellm_params"))
+        # Filled by the proxy from the key *after* the body was copied in: the trusted metadata.
+        metadata = _dict(params.get("metadata"))
+        proxy_request = _dict(params.get("proxy_server_request"))
+        headers = _dict(proxy_request.get("headers")) or _dict(metadata.get("headers"))
+        team = metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team
+        call_id = kwargs.get("litellm_call_id") or params.get("litellm_call_id")
+        model = metadata.get("model_group")
+        return Context(
+            team=str(team),
+            gateway=self.gateway,
+            exchange_id=str(call_id) if call_id else "",
+            model=model if isinstance(model, str) and model else None,
+            route=urlsplit(str(proxy_request.get("url") or "")).path,
+            headers=headers,
+            redacted=_logging_turned_off(kwargs),
+            zero_cost_known=_declares_zero_price(_dict(metadata.get("model_info")) or _dict(params.get("model_info"))),
+            cost_trusted=not _body_sets_price(proxy_request.get("body")),
+        )
+
+    # -- pre-sampling ----------------------------------------------------------
+
+    def _wanted(self, exchange: dict[str, Any]) -> bool:
+        if self._is_sampled is None:
+            return True
+        self._maybe_refresh_trials()
+        trials = self._trials
+        if trials is None or time.monotonic() - self._trials_read_at > 3 * TRIALS_REFRESH_S:
+            return True  # unknown or stale: fail open
+        sample = self._is_sampled
+        for t in trials:
+            # A redacted exchange goes to every trial it matches, which counts it skipped_redacted.
+            if _matches(t, exchange) and (
+                exchange["redacted"] or sample(t["id"], exchange["exchange_id"], float(t["sample_rate"]))
+            ):
+                return True
+        self._counts["skipped_presampled"] += 1
+        return False
+
+    def _maybe_refresh_trials(self) -> None:
+        due = time.monotonic() - self._trials_read_at > TRIALS_REFRESH_S
+        if due and (self._refresher is None or self._refresher.done()):
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_trials())
+
+    async def _refresh_trials(self) -> None:
+        self._trials_read_at = time.monotonic()  # at most one read per period, even when it fails
+        try:
+            r = await self.sender.http().get(
+                f"{self.admin_url}/v1/trials", params={"status": "running"}, headers=self._admin_headers
+            )
+            r.raise_for_status()
+            self._trials = [t for t in r.json()["trials"] if t.get("status") == "running"]
+        except Exception:
+            self._trials = None
+            self._counts["trials_read_failed"] += 1
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:
+    """LiteLLM's ``turn_off_message_logging``: global (``litellm_settings``), or per key/team."""
+    litellm = sys.modules.get("litellm")  # the gateway's own module; never imported from here
+    if litellm is not None and getattr(litellm, "turn_off_message_logging", False) is True:
+        return True
+    dynamic = _dict(kwargs.get("standard_callback_dynamic_params")).get("turn_off_message_logging")
+    return dynamic is True or (isinstance(dynamic, str) and dynamic.strip().lower() in ("true", "1", "yes"))
+
+
+def _declares_zero_price(model_info: Mapping[str, Any]) -> bool:
+    """Whether the deployment's own ``model_info`` (set by LiteLLM's router from the config,
+    not from the request) prices input and output tokens at exactly zero."""
+    prices = (model_info.get("input_cost_per_token"), model_info.get("output_cost_per_token"))
+    return all(type(p) in (int, float) and p == 0 for p in prices)
+
+
+def _body_sets_price(body: Any) -> bool:
+    """Whether the request body carried what LiteLLM prices a call by (``input_cost_per_token``
+    and the like, ``base_model``): then the logged cost is the caller's figure."""
+    if not isinstance(body, dict):
+        return False
+    metadata = body.get("metadata")
+    return any("cost" in str(k) or k == "base_model" for k in body) or (
+        isinstance(metadata, dict) and "base_model" in metadata
+    )
+
+
+def _matches(trial: Mapping[str, Any], exchange: Mapping[str, Any]) -> bool:
+    """The sidecar's matching rule (sidecar/ingest/routing.py): team, incumbent model, route and gateway."""
+    if trial.get("team") != exchange["team"] or trial.get("incumbent_model") != exchange["model"]:
+        return False
+    if trial.get("route") is not None and trial["route"] != exchange["route"]:
+        return False
+    return trial.get("gateway") is None or trial["gateway"] == exchange["gateway"]
+
+
+def _load_is_sampled() -> SampleFn | None:
+    """shadowtrial's sampling helper (standard library only), or None if the package is incomplete."""
+    try:
+        from policies.sampling import is_sampled
+    except ImportError:
+        return None
+    return is_sampled
+
+
+@functools.lru_cache(maxsize=1)
+def _tap_class() -> type[TapPlugin]:
+    """``ShadowtrialTap``: :class:`TapPlugin` on LiteLLM's ``CustomLogger``, built on first use."""
+    base = importlib.import_module("litellm.integrations.custom_logger").CustomLogger
+
+    def __init__(self: TapPlugin, *args: Any, **kwargs: Any) -> None:
+        base.__init__(self)
+        TapPlugin.__init__(self, *args, **kwargs)
+
+    cls = type("ShadowtrialTap", (TapPlugin, base), {"__init__": __init__, "__module__": __name__})
+    return cast("type[TapPlugin]", cls)
+
+
+def build_from_env(environ: Mapping[str, str]) -> TapPlugin:
+    """A ``ShadowtrialTap`` configured from ``environ`` (needs LiteLLM importable)."""
+    return _tap_class().from_env(environ)
+
+
+def __getattr__(name: str) -> Any:
+    """``ShadowtrialTap`` and ``proxy_handler_instance``, built when first asked for.
+
+    The instance is what LiteLLM's config names; it reads the environment once, here, and
+    is kept on the module (LiteLLM looks it up by attribute, once per worker process)."""
+    if name == "ShadowtrialTap":
+        return _tap_class()
+    if name == "proxy_handler_instance":
+        instance = build_from_env(os.environ)
+        globals()["proxy_handler_instance"] = instance
+        return instance
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,267 @@
+"""A gateway plugin's way to the tap: a bounded buffer, batches by count and bytes, counted drops.
+
+Gateway-neutral (the LiteLLM plugin uses it; a plugin for another gateway can too) and
+light: standard library and httpx only, since it runs in the gateway's process.
+
+:meth:`TapSender.offer` serialises an exchange and appends it to the buffer; it never awaits
+and never raises. A background task posts JSON-array batches one at a time, each with one
+short timeout, never retried. The contract on each bad outcome:
+
+- **a full buffer** (``max_buffer`` exchanges or ``buffer_bytes`` bytes) sheds the *newest*
+  exchange — those already waiting keep their place — counted ``buffer_full``;
+- **an exchange larger than the tap takes** (``tap_max_bytes``, the tap's
+  ``max_body_bytes``) is dropped alone when offered, ``too_large``; one larger than a batch
+  (``batch_bytes``) but within the tap's limit is posted alone;
+- **a 413** for a batch of several (the tap's limit set lower than ``tap_max_bytes``) splits
+  it in two and posts both halves, down to the one exchange the tap cannot take
+  (``too_large``): an oversized exchange never takes its batch with it;
+- **a timeout, a connection failure, another refusal** drops the batch: ``timeout``,
+  ``unreachable``, ``http_4xx``, ``http_5xx``;
+- **shutdown** (:meth:`TapSender.aclose`) posts what is buffered, one timeout per batch.
+
+Every drop is counted by reason (:data:`DROP_REASONS`) and reported three ways: every POST
+carries the :data:`STATS_HEADER` header (``{"instance": ..., "dropped": {reason: n}}``,
+cumulative since this sender started; with drops and nothing queued an empty ``[]`` carries
+it, at most every ``stats_every_s``, until the tap has read it); a
+``shadowtrial_plugin_dropped_total{reason}`` counter in the gateway's default Prometheus
+registry when ``prometheus_client`` is importable; a log line at most once a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import json
+import logging
+import secrets
+import time
+from collections import Counter, deque
+from typing import Any, Mapping, cast
+
+import httpx
+
+log = logging.getLogger("shadowtrial.plugin")
+
+#: The header every POST to the tap carries (read by ``sidecar.ingest.plugin_stats``).
+STATS_HEADER = "Shadowtrial-Plugin-Stats"
+#: Why exchanges are dropped after they were built (the sidecar exports no other reasons).
+DROP_REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error")
+LOG_EVERY_S = 60.0
+#: Statuses of answers that show the tap read the request's headers (and so its stats).
+_STATS_DELIVERED = frozenset({202, 400, 408, 413, 415})
+
+
+class TapSender:
+    """Posts exchanges to the tap off the caller's path (see the module docstring)."""
+
+    def __init__(
+        self,
+        tap_url: str = "http://127.0.0.1:8790/v1/exchanges",
+        *,
+        tap_token: str | None = None,
+        timeout_s: float = 0.5,
+        batch_size: int = 100,
+        batch_bytes: int = 1 << 20,
+        tap_max_bytes: int = 4 << 20,
+        flush_s: float = 0.2,
+        max_buffer: int = 5000,
+        buffer_bytes: int = 64 << 20,
+        stats_every_s: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if min(batch_size, batch_bytes, tap_max_bytes, max_buffer, buffer_bytes) < 1:
+            raise ValueError("batch_size, batch_bytes, tap_max_bytes, max_buffer and buffer_bytes must be >= 1")
+        if not (timeout_s > 0 and flush_s >= 0 and stats_every_s > 0):
+            raise ValueError("timeout_s and stats_every_s must be > 0, flush_s >= 0")
+        self.tap_url = tap_url
+        self.timeout_s = timeout_s
+        self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
+        self.tap_max_bytes = tap_max_bytes
+        self.flush_s = flush_s
+        self.max_buffer = max_buffer
+        self.buffer_bytes = buffer_bytes
+        self.stats_every_s = stats_every_s
+        #: This sender's id in the stats header: the sidecar sums drops over instances.
+        self.instance = secrets.token_hex(8)
+        #: ``queued``, ``sent``, ``skipped_invalid`` (not JSON-encodable).
+        self.counts: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self._transport = transport
+        self._headers = {"Content-Type": "application/json"}
+        if tap_token:
+            self._headers["Authorization"] = f"Bearer {tap_token}"
+        self._buffer: deque[bytes] = deque()
+        self._buffered_bytes = 0
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._reporter: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._reported: dict[str, int] = {}
+        self._last_post = -float("inf")
+        self._last_log = -float("inf")
+        self._prometheus = _prometheus_counter()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def stats_header(self) -> str:
+        """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started."""
+        return json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+
+    def offer(self, exchange: Mapping[str, Any]) -> None:
+        """Queue one exchange for the tap (call on the event loop; never awaits)."""
+        try:
+            item = json.dumps(exchange, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError):  # NaN, or a value JSON cannot carry: the tap would refuse the batch
+            self.counts["skipped_invalid"] += 1
+            return
+        if len(item) + 2 > self.tap_max_bytes:  # "[" + item + "]"
+            self.drop("too_large", 1)
+            return
+        if len(self._buffer) >= self.max_buffer or self._buffered_bytes + len(item) > self.buffer_bytes:
+            self.drop("buffer_full", 1)  # shed the newest: what already waited keeps its place
+            return
+        self._buffer.append(item)
+        self._buffered_bytes += len(item)
+        self.counts["queued"] += 1
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        elif len(self._buffer) >= self.batch_size or self._buffered_bytes >= self.batch_bytes:
+            self._wake.set()
+
+    def drop(self, reason: str, n: int) -> None:
+        """Count ``n`` exchanges lost for ``reason`` (one of :data:`DROP_REASONS`) and see they are reported."""
+        if n <= 0:
+            return
+        self.dropped[reason] += n
+        if self._prometheus is not None:
+            try:
+                self._prometheus.labels(reason=reason).inc(n)
+            except Exception:
+                pass  # a metrics library must not stop the count either
+        now = time.monotonic()
+        if now - self._last_log >= LOG_EVERY_S:
+            self._last_log = now
+            log.warning("shadowtrial: dropped %d exchange(s) (%s); drops so far %s", n, reason, dict(self.dropped))
+        if self._reporter is None or self._reporter.done():
+            try:
+                self._reporter = asyncio.get_running_loop().create_task(self._report_drops())
+            except RuntimeError:  # no running loop (a synchronous caller): the next POST reports them
+                pass
+
+    def http(self) -> httpx.AsyncClient:
+        """The one HTTP client of this sender (the plugin's admin reads share it)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s),
+                limits=httpx.Limits(max_connections=2, max_keepalive_connections=2),
+                trust_env=False,  # never route the loopback tap through an HTTP(S)_PROXY
+                transport=self._transport,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Post what is buffered (one timeout per batch) and unreported drops, then close the client."""
+        if self._flusher is not None and not self._flusher.done():
+            self._wake.set()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        if self._reporter is not None and not self._reporter.done():
+            self._reporter.cancel()
+            await asyncio.gather(self._reporter, return_exceptions=True)
+        if self._unreported():
+            await self._post([])
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # -- batches ----------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        while self._buffer:
+            if len(self._buffer) < self.batch_size and self._buffered_bytes < self.batch_bytes and self.flush_s > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.flush_s)
+                except asyncio.TimeoutError:
+                    pass
+            await self._post(self._take())
+
+    def _take(self) -> list[bytes]:
+        """The next batch: at least one exchange, then as many as fit ``batch_size`` and ``batch_bytes``."""
+        first = self._buffer.popleft()
+        batch, size = [first], len(first) + 2
+        while self._buffer and len(batch) < self.batch_size and size + len(self._buffer[0]) + 1 <= self.batch_bytes:
+            item = self._buffer.popleft()
+            batch.append(item)
+            size += len(item) + 1
+        self._buffered_bytes -= size - len(batch) - 1
+        return batch
+
+    async def _post(self, batch: list[bytes]) -> None:
+        """POST ``batch`` (an empty one only reports drops); a 413 for several is split in two."""
+        snapshot = dict(self.dropped)
+        headers = {**self._headers, STATS_HEADER: self.stats_header()}
+        self._last_post = time.monotonic()
+        try:
+            r = await self.http().post(self.tap_url, content=b"[" + b",".join(batch) + b"]", headers=headers)
+        except httpx.TimeoutException:
+            self.drop("timeout", len(batch))
+            return
+        except httpx.HTTPError:
+            self.drop("unreachable", len(batch))
+            return
+        if r.status_code in _STATS_DELIVERED:
+            self._reported = snapshot
+        if r.status_code == 202:
+            self.counts["sent"] += len(batch)
+        elif r.status_code == 413 and len(batch) > 1:
+            half = len(batch) // 2
+            await self._post(batch[:half])
+            await self._post(batch[half:])
+        elif r.status_code == 413:
+            self.drop("too_large", 1)
+        elif batch:
+            self.drop("http_4xx" if r.status_code < 500 else "http_5xx", len(batch))
+
+    # -- reporting drops --------------------------------------------------------
+
+    def _unreported(self) -> bool:
+        return any(self._reported.get(r, 0) != n for r, n in self.dropped.items())
+
+    async def _report_drops(self) -> None:
+        """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``,
+        unless a batch is on its way (batches carry the header too)."""
+        while self._unreported():
+            await asyncio.sleep(max(0.0, self._last_post + self.stats_every_s - time.monotonic()))
+            if self._unreported() and not self._buffer and (self._flusher is None or self._flusher.done()):
+                await self._post([])
+
+
+class _Metric:
+    """What the sender uses of a ``prometheus_client.Counter``."""
+
+    def labels(self, **labels: str) -> _Metric:
+        raise NotImplementedError
+
+    def inc(self, amount: float = 1) -> None:
+        raise NotImplementedError
+
+
+@functools.lru_cache(maxsize=1)
+def _prometheus_counter() -> _Metric | None:
+    """``shadowtrial_plugin_dropped_total{reason}`` in the default registry, if prometheus_client
+    is installed. Built once per process: the registry refuses a second metric of the same name,
+    and a gateway (or a test) may build several senders."""
+    try:
+        prometheus_client = importlib.import_module("prometheus_client")
+        counter = prometheus_client.Counter(
+            "shadowtrial_plugin_dropped_total",
+            "Exchanges the shadowtrial gateway plugin dropped, by reason.",
+            ["reason"],
+        )
+    except Exception:  # not installed, or a registry that already has the name
+        return None
+    return cast(_Metric, counter)

@@ -1,0 +1,1 @@
+"""Tests of the gateway integrations (sidecar/integrations/)."""

@@ -1,0 +1,493 @@
+"""The LiteLLM plugin (``sidecar.integrations.litellm``) over kwargs a real LiteLLM 1.80.0
+proxy passed to ``async_log_success_event`` (tests/fixtures/litellm/kwargs/, captured in
+front of the fake provider; see the README there), against the real tap.
+
+The six defects of issue 10, each covered by a test that fails against the old callback
+(``deploy/gateways/litellm/shadowtrial_callback.py`` before it became a shim):
+
+1. team from the body          — test_item1_the_team_is_the_keys_whatever_the_body_says
+2. unknown cost read as zero   — test_item2_an_unpriced_call_has_unknown_cost_not_zero
+3. upstream ids as exchange ids — test_item3_the_exchange_id_is_litellm_call_id,
+                                 test_item3_repeated_upstream_ids_stay_distinct_cases
+4. per-request redaction       — test_item4_the_redaction_header_withholds_content
+5. one big exchange, whole batch lost — test_item5_an_oversized_exchange_is_dropped_alone,
+                                 test_item5_a_413_splits_the_batch_and_a_big_exchange_goes_alone
+6. drops only in a log line    — test_item6_drops_reach_the_sidecar_in_the_stats_header,
+                                 test_item6_drops_with_nothing_queued_are_reported_by_an_empty_batch,
+                                 test_item6_drops_count_in_the_gateways_prometheus_registry
+
+LiteLLM is not installed in the project's environment: its ``CustomLogger`` is replaced by a
+stub module when it cannot be imported (the only LiteLLM name the plugin imports).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from sidecar.ingest import screen
+from sidecar.ingest.plugin_stats import MAX_INSTANCES, PluginStats
+from sidecar.ingest.wire import decode_exchanges
+from sidecar.integrations import sender, slo
+from tests.harness import INCUMBENT, Harness, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "litellm" / "kwargs"
+
+
+def kwargs_of(name: str) -> dict[str, Any]:
+    """The kwargs LiteLLM passed for one captured call."""
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture
+def plugin(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """``sidecar.integrations.litellm``, over a stub ``CustomLogger`` when LiteLLM is not installed."""
+    if importlib.util.find_spec("litellm") is None:
+        stub = types.ModuleType("litellm.integrations.custom_logger")
+
+        class CustomLogger:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                self.message_logging = True
+
+        stub.CustomLogger = CustomLogger  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "litellm", types.ModuleType("litellm"))
+        monkeypatch.setitem(sys.modules, "litellm.integrations", types.ModuleType("litellm.integrations"))
+        monkeypatch.setitem(sys.modules, "litellm.integrations.custom_logger", stub)
+    from sidecar.integrations import litellm as module
+
+    module._tap_class.cache_clear()
+    sender._prometheus_counter.cache_clear()
+    yield module
+    module._tap_class.cache_clear()
+    sender._prometheus_counter.cache_clear()
+    module.__dict__.pop("proxy_handler_instance", None)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def metric(h: Harness, line_start: str) -> float | None:
+    """The value of the first ``/metrics`` line starting with ``line_start``."""
+    assert h.admin
+    text = (await h.admin.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+# -- the module itself ----------------------------------------------------------
+
+
+def test_the_module_imports_without_litellm_and_nothing_heavy() -> None:
+    """It runs in the gateway's environment: standard library, httpx, policies.sampling only;
+    LiteLLM is imported when the class is first used."""
+    code = (
+        "import sys\n"
+        "import sidecar.integrations.litellm as m\n"
+        "heavy = sorted({k.split('.')[0] for k in sys.modules} & {'aiohttp', 'msgspec', 'numpy', 'litellm'})\n"
+        "assert not heavy, heavy\n"
+        "try:\n"
+        "    m.ShadowtrialTap\n"
+        "except ImportError:\n"
+        "    print('no-litellm')\n"
+        "else:\n"
+        "    print('litellm')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    expected = "litellm" if importlib.util.find_spec("litellm") else "no-litellm"
+    assert out.stdout.strip() == expected
+
+
+def test_the_limits_match_the_taps_screen() -> None:
+    """The mapping cannot import the screen (msgspec), so it copies its limits: keep them equal."""
+    assert slo.MAX_TOKENS_PARAM == screen.MAX_TOKENS_PARAM
+    assert slo.MAX_NESTING == screen.MAX_NESTING and slo._ITEM_LEVEL == screen._ITEM_LEVEL
+
+
+def test_settings_come_from_the_environment(plugin: types.ModuleType) -> None:
+    env = {
+        "LITELLM_SHADOWTRIAL_TAP_URL": "http://tap/v1/exchanges", "LITELLM_SHADOWTRIAL_BATCH_BYTES": "65536",
+        "LITELLM_SHADOWTRIAL_TAP_MAX_BYTES": "1048576", "LITELLM_SHADOWTRIAL_BUFFER_BYTES": "8388608",
+        "LITELLM_SHADOWTRIAL_STATS_EVERY_S": "2.5", "LITELLM_SHADOWTRIAL_GATEWAY": "gw-eu",
+    }
+    cb = plugin.build_from_env(env)
+    assert isinstance(cb, plugin.ShadowtrialTap)
+    s = cb.sender
+    assert (s.tap_url, s.batch_bytes, s.tap_max_bytes, s.buffer_bytes, s.stats_every_s, cb.gateway) == (
+        "http://tap/v1/exchanges", 65536, 1048576, 8388608, 2.5, "gw-eu")
+    with pytest.raises(ValueError, match="LITELLM_SHADOWTRIAL_BATCH_BYTES"):
+        plugin.build_from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "1MB"})
+    with pytest.raises(ValueError):
+        plugin.build_from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "0"})
+
+
+# -- item 1: the team -----------------------------------------------------------
+
+
+def test_item1_the_team_is_the_keys_whatever_the_body_says(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    # The captured payloads show the attack: the logged metadata is the body's.
+    spoofed = kwargs_of("spoof_litellm_metadata")
+    assert spoofed["standard_logging_object"]["metadata"]["user_api_key_team_alias"] == "victim"
+    assert spoofed["standard_logging_object"]["model_group"] == "victim-model"
+    for name in ("plain_tools", "spoof_litellm_metadata", "spoof_metadata"):
+        ex = cb.exchange_from(kwargs_of(name))
+        assert ex["team"] == "team-a", name
+        assert ex["model"] == INCUMBENT, name  # the router's model group, not the body's
+    # A key without a team gets the default team, not the body's.
+    assert cb.exchange_from(kwargs_of("no_team_spoof"))["team"] == "default"
+
+
+# -- item 2: cost -----------------------------------------------------------------
+
+
+def test_item2_an_unpriced_call_has_unknown_cost_not_zero(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    unpriced = kwargs_of("unpriced")
+    logged = unpriced["standard_logging_object"]
+    assert logged["response_cost"] == 0.0 and not logged["response_cost_failure_debug_info"]  # what LiteLLM says
+
+    def cost(name: str) -> float | None:
+        (decoded,) = decode_exchanges(json.dumps(cb.exchange_from(kwargs_of(name))).encode())
+        return decoded.response.usage.cost_usd
+
+    assert cost("unpriced") is None
+    assert cost("free") == 0.0  # the deployment's model_info declares zero prices
+    assert cost("plain_tools") == pytest.approx(logged_cost("plain_tools")) and cost("plain_tools") > 0
+    assert cost("map_priced") == pytest.approx(logged_cost("map_priced")) and cost("map_priced") > 0
+    # A body that carries prices re-prices the call (LiteLLM 1.80.0): the figure is the caller's.
+    assert logged_cost("price_in_body") == 0.0 and cost("price_in_body") is None
+
+
+def logged_cost(name: str) -> float:
+    return float(kwargs_of(name)["standard_logging_object"]["response_cost"])
+
+
+def test_the_cost_rule() -> None:
+    base = {"response_cost": 0.0, "response_cost_failure_debug_info": None, "cache_hit": False}
+    assert slo.known_cost(base, zero_is_known=False) is None
+    assert slo.known_cost(base, zero_is_known=True) == 0.0
+    assert slo.known_cost({**base, "response_cost": 0.25}, zero_is_known=False) == 0.25
+    assert slo.known_cost({**base, "response_cost": 0.25}, zero_is_known=False, trusted=False) is None
+    assert slo.known_cost({**base, "response_cost": 0.0, "cache_hit": True}, zero_is_known=True) is None
+    assert slo.known_cost({**base, "response_cost_failure_debug_info": {"error_str": "x"}}, zero_is_known=True) is None
+    for bad in (float("nan"), float("inf"), -1.0, "0.1", True, None, 10**400):
+        assert slo.known_cost({**base, "response_cost": bad}, zero_is_known=True) is None, bad
+
+
+# -- item 3: the exchange id ---------------------------------------------------------
+
+
+def test_item3_the_exchange_id_is_litellm_call_id(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    kwargs = kwargs_of("plain_tools")
+    ex = cb.exchange_from(kwargs)
+    assert ex["exchange_id"] == kwargs["litellm_call_id"]
+    assert ex["exchange_id"] != kwargs["standard_logging_object"]["id"]  # not the upstream's response id
+    # A caller's x-litellm-call-id header sets LiteLLM's call id (documented in docs/litellm.md).
+    assert cb.exchange_from(kwargs_of("call_id_header"))["exchange_id"] == "caller-chosen-id-1"
+    # Without a call id there is no exchange (the upstream's id is never the fallback).
+    del kwargs["litellm_call_id"], kwargs["litellm_params"]["litellm_call_id"]
+    assert cb.exchange_from(kwargs) is None and cb.stats()["skipped_incomplete"] == 1
+
+
+async def test_item3_repeated_upstream_ids_stay_distinct_cases(tmp_path: Path, plugin: types.ModuleType) -> None:
+    """An upstream restarted: its response ids repeat, LiteLLM's call ids do not."""
+    async with Harness(tmp_path) as h:
+        trial = await h.create_trial(sample_rate=1.0)
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.01)
+        first = kwargs_of("plain_tools")
+        again = copy.deepcopy(first)
+        again["litellm_call_id"] = again["litellm_params"]["litellm_call_id"] = "another-call"
+        assert again["standard_logging_object"]["id"] == first["standard_logging_object"]["id"]
+        for kwargs in (first, again):
+            await cb.async_log_success_event(kwargs, None, None, None)
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 2), what="2 exchanges sent")
+        await cb.aclose()
+        view = await h.settle(trial["id"], 2)
+        assert "duplicate" not in view["funnel"]["outcomes"], view["funnel"]
+        assert h.runtime.counters["cases_sampled"] == 2
+
+
+# -- item 4: redaction ---------------------------------------------------------------
+
+
+def test_item4_the_redaction_header_withholds_content(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    kwargs = kwargs_of("redaction_header")
+    # LiteLLM 1.80.0 logged the content despite the header.
+    assert "4111" in json.dumps(kwargs["standard_logging_object"]["messages"])
+    ex = cb.exchange_from(kwargs)
+    assert ex["redacted"] is True
+    assert ex["request"] == {"messages": [], "params": {}} and ex["response"]["content"] is None
+    assert "4111" not in json.dumps(ex) and "Answer from" not in json.dumps(ex)
+
+
+def test_item4_logging_turned_off_withholds_content(plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    cb = plugin.ShadowtrialTap()
+    # LiteLLM redacted these itself (turn_off_message_logging in litellm_settings).
+    for name in ("turn_off_logging", "turn_off_logging_stream"):
+        ex = cb.exchange_from(kwargs_of(name))
+        assert ex["redacted"] is True and ex["request"]["messages"] == [], name
+    plain = kwargs_of("plain_tools")
+    assert cb.exchange_from(plain)["redacted"] is False
+    # The global switch read from the gateway's litellm module, whatever the payload holds.
+    monkeypatch.setattr(sys.modules["litellm"], "turn_off_message_logging", True, raising=False)
+    assert cb.exchange_from(plain)["redacted"] is True
+    monkeypatch.setattr(sys.modules["litellm"], "turn_off_message_logging", False, raising=False)
+    # Per key or team: LiteLLM's dynamic callback params.
+    plain["standard_callback_dynamic_params"] = {"turn_off_message_logging": True}
+    assert cb.exchange_from(plain)["redacted"] is True
+
+
+# -- item 5: batches bounded by bytes ---------------------------------------------------
+
+
+def big_kwargs(i: int, size: int) -> dict[str, Any]:
+    kwargs = kwargs_of("plain_tools")
+    kwargs["litellm_call_id"] = kwargs["litellm_params"]["litellm_call_id"] = f"big-{i}"
+    kwargs["standard_logging_object"]["messages"][-1]["content"] = "x" * size
+    return kwargs
+
+
+def small_kwargs(i: int) -> dict[str, Any]:
+    kwargs = kwargs_of("plain_tools")
+    kwargs["litellm_call_id"] = kwargs["litellm_params"]["litellm_call_id"] = f"small-{i}"
+    return kwargs
+
+
+class Recording(httpx.AsyncBaseTransport):
+    """A real transport that remembers each request's body size and answer."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.posts: list[tuple[int, int]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.posts.append((len(request.content), response.status_code))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_item5_an_oversized_exchange_is_dropped_alone(tmp_path: Path, plugin: types.ModuleType) -> None:
+    """20 small requests and one 4.5 MB prompt: the tap gets the 20 (the old callback: 0 of 21)."""
+    async with Harness(tmp_path) as h:  # the tap's default max_body_bytes, 4 MiB
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05)
+        for i in range(10):
+            await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        await cb.async_log_success_event(big_kwargs(0, 4_500_000), None, None, None)
+        for i in range(10, 20):
+            await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 20), what="20 exchanges sent")
+        await cb.aclose()
+        assert cb.stats()["dropped_too_large"] == 1
+        assert h.runtime.counters["exchanges_received"] == 20
+        assert h.runtime.counters["tap_rejected_too_large"] == 0  # never sent, so never a 413
+
+
+async def test_item5_a_413_splits_the_batch_and_a_big_exchange_goes_alone(tmp_path: Path, plugin: types.ModuleType) -> None:
+    """The plugin believes the tap takes 4 MiB, the tap takes 300 kB: a 413 for a batch of
+    several splits it, and only the exchange the tap cannot take is dropped. One larger than a
+    batch but within the tap's limit is sent alone."""
+    async with Harness(tmp_path, max_body_bytes=300_000) as h:
+        recording = Recording()
+        cb = plugin.ShadowtrialTap(
+            h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05, batch_bytes=100_000, transport=recording,
+        )
+        events = [small_kwargs(i) for i in range(10)] + [big_kwargs(0, 400_000), big_kwargs(1, 150_000)]
+        events += [small_kwargs(i) for i in range(10, 20)]
+        for kwargs in events:
+            await cb.async_log_success_event(kwargs, None, None, None)
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 21), what="21 exchanges sent")
+        await cb.aclose()
+        assert cb.stats()["dropped_too_large"] == 1 and h.runtime.counters["exchanges_received"] == 21
+        # Every accepted POST fits a batch, except the 150 kB exchange, which went alone.
+        accepted = [size for size, status in recording.posts if status == 202]
+        assert sum(size > 100_000 for size in accepted) == 1
+        assert [status for size, status in recording.posts if size > 300_000] == [413]
+
+
+async def test_a_full_buffer_sheds_the_newest(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", max_buffer=3, timeout_s=0.2)
+    for i in range(5):
+        await cb.async_log_success_event(small_kwargs(i), None, None, None)
+    assert cb.stats()["dropped_buffer_full"] == 2 and cb.stats()["queued"] == 3
+    size = len(json.dumps(cb.exchange_from(small_kwargs(0)), ensure_ascii=False, separators=(",", ":")).encode())
+    by_bytes = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", buffer_bytes=size * 3, timeout_s=0.2)
+    for i in range(5):
+        await by_bytes.async_log_success_event(small_kwargs(i), None, None, None)
+    assert by_bytes.stats()["dropped_buffer_full"] == 2 and by_bytes.stats()["queued"] == 3
+    await cb.aclose()
+    await by_bytes.aclose()
+
+
+# -- item 6: drops as metrics ----------------------------------------------------------------
+
+
+async def test_item6_drops_reach_the_sidecar_in_the_stats_header(tmp_path: Path, plugin: types.ModuleType) -> None:
+    async with Harness(tmp_path) as h:
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", max_buffer=2, flush_s=0.05)
+        for i in range(5):  # one tick: the first two are buffered, three are shed
+            await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        assert cb.stats_header() == json.dumps(
+            {"instance": cb.sender.instance, "dropped": {"buffer_full": 3}}, separators=(",", ":"))
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 2), what="2 exchanges sent")
+        assert await metric(h, 'shadowtrial_plugin_dropped_total{reason="buffer_full"}') == 3
+        # A second instance adds up; counts are cumulative per instance, never double-counted.
+        other = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", max_buffer=1, flush_s=0.05)
+        for i in range(3):
+            await other.async_log_success_event(small_kwargs(i), None, None, None)
+        await wait_for(lambda: _true(other.stats().get("sent", 0) == 1), what="1 exchange sent")
+        await cb.async_log_success_event(small_kwargs(9), None, None, None)  # the first reports again
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 3), what="3 exchanges sent")
+        assert await metric(h, 'shadowtrial_plugin_dropped_total{reason="buffer_full"}') == 5
+        assert await metric(h, 'shadowtrial_plugin_dropped_total{reason="too_large"}') == 0
+        await cb.aclose()
+        await other.aclose()
+
+
+async def test_item6_drops_with_nothing_queued_are_reported_by_an_empty_batch(
+    tmp_path: Path, plugin: types.ModuleType
+) -> None:
+    async with Harness(tmp_path) as h:
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", tap_max_bytes=100, stats_every_s=0.05)
+        for i in range(4):  # each is too large for the tap: dropped, nothing is queued
+            await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        assert cb.stats()["dropped_too_large"] == 4 and cb.stats().get("queued", 0) == 0
+
+        async def reported() -> bool:
+            return await metric(h, 'shadowtrial_plugin_dropped_total{reason="too_large"}') == 4
+
+        await wait_for(reported, what="the drops reported")
+        assert h.runtime.counters["exchanges_received"] == 0
+        reporter = cb.sender._reporter
+        assert reporter is not None
+        await wait_for(lambda: _true(reporter.done()), what="the reporter to rest")  # nothing left to report
+        await cb.aclose()
+
+
+async def test_item6_drops_count_in_the_gateways_prometheus_registry(
+    plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``prometheus_client`` importable in the gateway, drops also count in its default
+    registry (a hand-written fake of the two calls used: the project does not depend on it)."""
+    incs: list[tuple[str, str, float]] = []
+
+    class Counter:
+        def __init__(self, name: str, documentation: str, labelnames: list[str]) -> None:
+            self.name = name
+            assert labelnames == ["reason"]
+
+        def labels(self, **labels: str) -> Any:
+            counter = self
+
+            class Child:
+                def inc(self, amount: float = 1) -> None:
+                    incs.append((counter.name, labels["reason"], amount))
+
+            return Child()
+
+    fake = types.ModuleType("prometheus_client")
+    fake.Counter = Counter  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "prometheus_client", fake)
+    sender._prometheus_counter.cache_clear()
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", tap_max_bytes=100, timeout_s=0.2, stats_every_s=60)
+    await cb.async_log_success_event(small_kwargs(1), None, None, None)
+    await cb.async_log_success_event(small_kwargs(2), None, None, None)
+    assert incs == [("shadowtrial_plugin_dropped_total", "too_large", 1)] * 2
+    second = plugin.ShadowtrialTap()  # one counter per process, shared by instances
+    assert second.sender._prometheus is cb.sender._prometheus
+    await cb.aclose()
+
+
+def test_the_sidecar_keeps_plugin_stats_bounded() -> None:
+    stats = PluginStats()
+    assert stats.record('{"instance":"a1","dropped":{"timeout":2,"buffer_full":1}}')
+    assert stats.record('{"instance":"a1","dropped":{"timeout":3,"buffer_full":1,"made_up":7}}')
+    assert stats.record('{"instance":"a1","dropped":{"timeout":1}}')  # lower: ignored per reason
+    totals = stats.totals()
+    assert (totals["timeout"], totals["buffer_full"], totals["other"]) == (3, 1, 7)
+    for bad in ("", "x" * 5000, "[]", "{", '{"instance":"a b","dropped":{}}', '{"instance":"a","dropped":{"x":-1}}',
+                '{"instance":"a","dropped":{"x":1.5}}', '{"instance":"a","dropped":[]}', "[" * 1500):
+        assert not stats.record(bad), bad
+    assert stats.ignored == 9
+    # At most MAX_INSTANCES kept; an evicted one's counts stay in the sum.
+    for i in range(MAX_INSTANCES + 10):
+        stats.record(json.dumps({"instance": f"i{i}", "dropped": {"unreachable": 1}}))
+    assert len(stats) == MAX_INSTANCES
+    assert stats.totals()["unreachable"] == MAX_INSTANCES + 10 and stats.totals()["timeout"] == 3
+    assert set(stats.totals()) == {"buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx",
+                                   "error", "other"}
+
+
+async def test_malformed_stats_headers_never_fail_a_batch(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        assert h.tap
+        r = await h.tap.post("/v1/exchanges", content=b"[]", headers={"Shadowtrial-Plugin-Stats": "{not json"})
+        assert r.status_code == 202
+        assert await metric(h, "shadowtrial_plugin_stats_ignored_total") == 1
+
+
+# -- what stays as it was ------------------------------------------------------------------
+
+
+async def test_the_hook_never_awaits_and_never_raises(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", timeout_s=0.2)
+    # Driven by hand: the coroutine finishes on its first step, so it suspended on nothing.
+    step = cb.async_log_success_event(small_kwargs(1), None, None, None)
+    with pytest.raises(StopIteration):
+        step.send(None)
+    for odd in (None, {}, {"standard_logging_object": 5}, {"standard_logging_object": {"call_type": []}},
+                {"litellm_params": "x", "standard_logging_object": {"call_type": "acompletion", "messages": [1]}}):
+        await cb.async_log_success_event(odd, None, None, None)
+    stats = cb.stats()
+    assert stats["queued"] == 1 and stats.get("dropped_error", 0) == 1  # None is not a mapping
+    await cb.aclose()
+
+
+def test_what_is_sent_and_what_is_not(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    ex = cb.exchange_from(kwargs_of("plain_tools"))
+    # Allow-listed parameters only: no "user", no "stream", no prices or credentials.
+    assert set(ex["request"]["params"]) == {"temperature", "max_tokens", "tools", "tool_choice"}
+    assert "sk-fake" not in json.dumps(ex)
+    assert ex["route"] == "/v1/chat/completions" and ex["gateway"] == "litellm" and ex["latency_ms"] > 0
+    streamed = cb.exchange_from(kwargs_of("stream"))
+    assert streamed["response"]["content"].startswith("Answer from inc-model")
+    assert cb.exchange_from(kwargs_of("shadow_header")) is None  # the sidecar's own call
+    assert cb.exchange_from(kwargs_of("embedding_failure")) is None
+    assert cb.stats()["skipped_shadow_call"] == 1 and cb.stats()["skipped_not_chat"] == 1
+    for path in sorted(FIXTURES.glob("*.json")):  # all the tap takes, as built
+        built = cb.exchange_from(kwargs_of(path.stem))
+        if built is not None:
+            screen.screen_batch([("$", decode_exchanges(json.dumps(built).encode())[0])])
+
+
+def test_an_exchange_the_tap_would_refuse_is_skipped(plugin: types.ModuleType) -> None:
+    cb = plugin.ShadowtrialTap()
+    zero = kwargs_of("plain_tools")
+    zero["standard_logging_object"]["model_parameters"]["max_tokens"] = 0
+    deep = kwargs_of("plain_tools")
+    nested: Any = "x"
+    for _ in range(70):
+        nested = [nested]
+    deep["standard_logging_object"]["messages"][0]["content"] = nested
+    assert cb.exchange_from(zero) is None and cb.exchange_from(deep) is None
+    assert cb.stats()["skipped_invalid"] == 2
