@@ -17,6 +17,11 @@ short timeout, never retried. The contract on each bad outcome:
   (``too_large``): an oversized exchange never takes its batch with it;
 - **a timeout, a connection failure, another refusal** drops the batch: ``timeout``,
   ``unreachable``, ``http_4xx``, ``http_5xx``;
+- **a tap that is down** (a timeout or a connection failure) is not tried again for a
+  back-off of 1 s, doubling on each further failure up to 30 s: meanwhile what is offered is
+  dropped at once under the same reason, before it is even serialised, so a stopped or hung
+  sidecar costs the gateway less than a live one. The first answer of any status ends the
+  back-off; the empty stats POSTs below are the probes;
 - **shutdown** (:meth:`TapSender.aclose`) posts what is buffered, one timeout per batch.
 
 Every drop is counted by reason (:data:`DROP_REASONS`) and reported three ways: every POST
@@ -48,6 +53,9 @@ STATS_HEADER = "Shadowtrial-Plugin-Stats"
 #: Why exchanges are dropped after they were built (the sidecar exports no other reasons).
 DROP_REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error")
 LOG_EVERY_S = 60.0
+#: The back-off after a tap that did not answer: the first, and the longest.
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
 #: Statuses of answers that show the tap read the request's headers (and so its stats).
 _STATS_DELIVERED = frozenset({202, 400, 408, 413, 415})
 
@@ -102,6 +110,10 @@ class TapSender:
         self._last_post = -float("inf")
         self._last_log = -float("inf")
         self._prometheus = _prometheus_counter()
+        #: Until when the tap is taken to be down, why, and the back-off that set it.
+        self._down_until = -float("inf")
+        self._down_reason = "unreachable"
+        self._backoff = 0.0
 
     @property
     def buffered(self) -> int:
@@ -113,6 +125,9 @@ class TapSender:
 
     def offer(self, exchange: Mapping[str, Any]) -> None:
         """Queue one exchange for the tap (call on the event loop; never awaits)."""
+        if time.monotonic() < self._down_until:
+            self.drop(self._down_reason, 1)  # the tap is down: not even serialised
+            return
         try:
             item = json.dumps(exchange, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         except (TypeError, ValueError):  # NaN, or a value JSON cannot carry: the tap would refuse the batch
@@ -202,17 +217,24 @@ class TapSender:
 
     async def _post(self, batch: list[bytes]) -> None:
         """POST ``batch`` (an empty one only reports drops); a 413 for several is split in two."""
+        now = time.monotonic()
+        if batch and now < self._down_until:
+            self.drop(self._down_reason, len(batch))  # queued before the tap was found down
+            return
         snapshot = dict(self.dropped)
         headers = {**self._headers, STATS_HEADER: self.stats_header()}
-        self._last_post = time.monotonic()
+        self._last_post = now
         try:
             r = await self.http().post(self.tap_url, content=b"[" + b",".join(batch) + b"]", headers=headers)
         except httpx.TimeoutException:
+            self._back_off("timeout")
             self.drop("timeout", len(batch))
             return
         except httpx.HTTPError:
+            self._back_off("unreachable")
             self.drop("unreachable", len(batch))
             return
+        self._backoff, self._down_until = 0.0, -float("inf")
         if r.status_code in _STATS_DELIVERED:
             self._reported = snapshot
         if r.status_code == 202:
@@ -225,6 +247,12 @@ class TapSender:
             self.drop("too_large", 1)
         elif batch:
             self.drop("http_4xx" if r.status_code < 500 else "http_5xx", len(batch))
+
+    def _back_off(self, reason: str) -> None:
+        """The tap did not answer: take it as down for the next back-off (see the module docstring)."""
+        self._backoff = min(BACKOFF_MAX_S, self._backoff * 2) if self._backoff else BACKOFF_FIRST_S
+        self._down_until = time.monotonic() + self._backoff
+        self._down_reason = reason
 
     # -- reporting drops --------------------------------------------------------
 

@@ -338,6 +338,60 @@ async def test_a_full_buffer_sheds_the_newest(plugin: types.ModuleType) -> None:
     await by_bytes.aclose()
 
 
+class FlakyTap(httpx.AsyncBaseTransport):
+    """A tap that refuses connections until told it is up; counts every attempt."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.attempts = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.attempts += 1
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(202, json={"accepted": 0, "sampled": 0, "shed": 0})
+
+
+async def test_a_tap_that_is_down_is_left_alone_for_a_back_off(
+    plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the tap is down the gateway neither connects nor serialises per exchange: one
+    attempt per back-off (1 s, doubling), everything between dropped at once and counted."""
+    from sidecar.integrations import sender as sender_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(sender_module.time, "monotonic", lambda: clock[0])
+    tap = FlakyTap()
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap)
+    sender = cb.sender
+
+    async def flushed() -> None:
+        if sender._flusher is not None:
+            await sender._flusher
+
+    await cb.async_log_success_event(small_kwargs(0), None, None, None)
+    await flushed()
+    assert tap.attempts == 1 and cb.stats()["dropped_unreachable"] == 1
+    for i in range(1, 51):  # within the back-off: no connection, no serialising
+        await cb.async_log_success_event(small_kwargs(i), None, None, None)
+    await flushed()
+    assert tap.attempts == 1 and cb.stats()["dropped_unreachable"] == 51 and cb.stats()["queued"] == 1
+    clock[0] += 1.01  # the first back-off is over: one more attempt, which fails and doubles it
+    await cb.async_log_success_event(small_kwargs(51), None, None, None)
+    await flushed()
+    assert tap.attempts == 2
+    clock[0] += 1.5  # within the doubled back-off (2 s)
+    await cb.async_log_success_event(small_kwargs(52), None, None, None)
+    assert tap.attempts == 2 and cb.stats()["dropped_unreachable"] == 53
+    tap.up = True
+    clock[0] += 0.6  # past it: the tap answers, the back-off ends, exchanges flow again
+    for i in range(53, 56):
+        await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        await flushed()
+    assert cb.stats()["sent"] == 3 and cb.stats()["dropped_unreachable"] == 53
+    await cb.aclose()
+
+
 # -- item 6: drops as metrics ----------------------------------------------------------------
 
 
