@@ -137,7 +137,7 @@ def prompt_of(item: dict[str, Any]) -> str:
     return " ".join(str(m.get("content")) for m in messages if isinstance(m, dict))
 
 
-async def exchanges_for(gw: Gateway, calls: list[Served], timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+async def exchanges_for(gw: Gateway, calls: list[Served], timeout: float = 90.0) -> dict[str, dict[str, Any]]:
     """The plugin's exchanges for these calls (by call id), once every one reached the sidecar.
 
     An exchange is a call's if it carries the call's id or, failing that, its prompt (so a
@@ -156,7 +156,7 @@ async def exchanges_for(gw: Gateway, calls: list[Served], timeout: float = 30.0)
     return found
 
 
-async def payloads_with(gw: Gateway, marker: str, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+async def payloads_with(gw: Gateway, marker: str, n: int, timeout: float = 90.0) -> list[dict[str, Any]]:
     """The webhook's logged payloads whose prompt carries ``marker``, once there are ``n``."""
     found: list[dict[str, Any]] = []
 
