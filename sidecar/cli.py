@@ -121,6 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="TOML config file (default $SHADOWTRIAL_CONFIG)")
     serve.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
 
+    coll = sub.add_parser("collector", help="run the reference uplink collector ([collector] table)")
+    coll.add_argument("--config", help="TOML config file with a [collector] table (default $SHADOWTRIAL_CONFIG)")
+    coll.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS)
+
     demo = sub.add_parser("demo", help="run the whole loop on simulated models, in one command")
     demo.add_argument("--exchanges", type=int, default=4000, help="most exchanges the simulated gateway sends")
     demo.add_argument("--seed", type=int, default=7)
@@ -383,6 +387,25 @@ def _auth_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from sidecar.collector_server import serve_collector
+    from sidecar.config import load_config
+    from sidecar.errors import StartupError
+
+    configure_logging(args.log_level)
+    try:
+        config = load_config(args.config or env.get("SHADOWTRIAL_CONFIG"), env)
+    except ConfigError as exc:
+        print(f"shadowtrial: config: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve_collector(config.collector))
+    except StartupError as exc:
+        print(f"shadowtrial: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
@@ -406,6 +429,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             print(f"shadowtrial: {message}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "collector":
+        return _collector(args, env)
     if args.command == "fake-provider":
         from sidecar.demo.scenario import serve_fake_provider
 

@@ -42,6 +42,8 @@ __all__ = [
     "AdminConfig",
     "AuthConfig",
     "AuthKeyConfig",
+    "CollectorConfig",
+    "CollectorKeyConfig",
     "Config",
     "ENV_PREFIX",
     "EngineConfig",
@@ -56,6 +58,7 @@ __all__ = [
     "TapConfig",
     "TeamConfig",
     "TelemetryConfig",
+    "UplinkConfig",
     "load_config",
     "resolve_model",
     "split_listen",
@@ -400,6 +403,71 @@ class TeamConfig(_Section, frozen=True):
     prompt_retention: bool = True
 
 
+class UplinkConfig(_Section, frozen=True):
+    """``[uplink]``: results to a control-plane collector (docs/uplink.md). Off while
+    ``collector_url`` is empty. The private key is read at start, never logged."""
+
+    collector_url: str = ""
+    #: This sidecar's name in every batch (e.g. ``gw-eu-1/sidecar-7f3a``).
+    sidecar_id: str = ""
+    #: A PEM Ed25519 private key; the collector holds its public key under ``key_id``.
+    private_key_file: str = ""
+    key_id: str = ""
+    audience: str = ""
+    issuer: str = ""
+    #: The outbox's bound, in records.
+    max_outbox_records: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 1_000_000
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+    timeout_seconds: Seconds = 10.0
+    token_ttl_seconds: Annotated[float, msgspec.Meta(ge=1, le=60)] = 30.0
+    lease_seconds: Seconds = 60.0
+    backoff_base_seconds: Seconds = 0.2
+    backoff_cap_seconds: Seconds = 30.0
+    idle_poll_seconds: Seconds = 0.2
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.collector_url)
+
+    def _validate(self) -> None:
+        if not self.collector_url:
+            return
+        if not self.collector_url.startswith(("http://", "https://")):
+            raise ValueError("collector_url must be an http:// or https:// URL")
+        for name in ("sidecar_id", "private_key_file", "key_id", "audience", "issuer"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is required when collector_url is set")
+        if self.lease_seconds <= self.timeout_seconds:
+            raise ValueError("lease_seconds must be longer than timeout_seconds (a send must end inside its lease)")
+
+
+class CollectorKeyConfig(_Section, frozen=True):
+    """``[[collector.keys]]``: a sidecar's public key (PEM Ed25519) under its ``kid``."""
+
+    kid: str
+    path: str
+
+
+class CollectorConfig(_Section, frozen=True):
+    """``[collector]``: the reference collector (``shadowtrial collector``, docs/uplink.md)."""
+
+    listen: str = "127.0.0.1:8792"
+    db_path: str = "collector.db"
+    audience: str = ""
+    issuers: tuple[str, ...] = ()
+    keys: tuple[CollectorKeyConfig, ...] = ()
+    #: Teams whose posture allows content uplink; ``exchange`` records of others are refused.
+    content_teams: tuple[str, ...] = ()
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 32 * 1024 * 1024
+    leeway_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 5.0
+
+    def _validate(self) -> None:
+        split_listen(self.listen)
+        kids = [k.kid for k in self.keys]
+        if len(set(kids)) != len(kids):
+            raise ValueError("keys: two keys share a kid")
+
+
 class TelemetryConfig(_Section, frozen=True):
     """OpenTelemetry traces and metrics (docs/telemetry.md).
 
@@ -501,6 +569,8 @@ class Config(_Section, frozen=True):
     models: dict[str, ModelConfig] = {}
     teams: dict[str, TeamConfig] = {}
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    uplink: UplinkConfig = msgspec.field(default_factory=UplinkConfig)
+    collector: CollectorConfig = msgspec.field(default_factory=CollectorConfig)
     secrets: Secrets = msgspec.field(default_factory=Secrets)
 
     def _validate(self) -> None:

@@ -37,6 +37,7 @@ from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver, runnable
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
+from sidecar.errors import StartupError
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
@@ -45,6 +46,9 @@ from sidecar.store.base import Store
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials import TrialDefaults
+from sidecar.uplink_delivery import open_delivery
+from sidecar.uplink_hook import uplink_case_result
+from uplink.delivery import Delivery
 
 log = logging.getLogger("shadowtrial")
 
@@ -65,6 +69,10 @@ class Runtime:
         """``telemetry``: this process's providers (tests hand in in-memory ones, and close
         them); by default built from ``[telemetry]`` and closed by :meth:`stop`."""
         self.config = config
+        if config.uplink.enabled:  # each finished case writes its content-free record with its outcome
+            hooks = (*hooks, uplink_case_result)
+        #: The uplink's delivery loop (``[uplink]`` set), started and stopped with the runtime.
+        self.delivery: Delivery | None = None
         self.telemetry = telemetry if telemetry is not None else Telemetry.start(config.telemetry, process="sidecar")
         self._own_telemetry = telemetry is None
         #: The fleet's spend as last read for the OTLP gauges (the Prometheus endpoint reads its own).
@@ -137,6 +145,13 @@ class Runtime:
             await self._close_telemetry()
             raise
         self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
+        if self.config.uplink.enabled:
+            try:
+                self.delivery = open_delivery(self.config.uplink, self.store)
+            except ValueError as exc:
+                await self.stop()
+                raise StartupError(f"uplink: {exc}") from exc
+            await self.delivery.start()
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
             self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
@@ -151,6 +166,9 @@ class Runtime:
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)
+        if self.delivery is not None:  # what it has not sent stays in the outbox for the next life
+            await self.delivery.stop()
+            self.delivery = None
         try:
             await self.funnel.flush(self.store)
             flushed = True

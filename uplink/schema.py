@@ -26,7 +26,7 @@ content-free by construction (ids, counts, scores, costs and latencies).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import msgspec
 
@@ -214,7 +214,7 @@ _record = msgspec.json.Decoder(Record)
 _encoder = msgspec.json.Encoder()
 
 
-def encode_batch(sidecar_id: str, sent_at: float, records: list[Record] | list[bytes]) -> bytes:
+def encode_batch(sidecar_id: str, sent_at: float, records: Sequence[Record] | Sequence[bytes]) -> bytes:
     """One envelope. ``records`` are Structs, or their JSON already encoded (an outbox keeps bytes)."""
     raws = [msgspec.Raw(r) if isinstance(r, bytes) else msgspec.Raw(_encoder.encode(r)) for r in records]
     return _encoder.encode(Batch(SCHEMA_VERSION, sidecar_id, sent_at, raws))

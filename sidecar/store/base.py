@@ -165,7 +165,30 @@ class ReadModel(Protocol):
         ...
 
 
-class Store(TrialStore, CaseLedger, FunnelStore, ReadModel, Protocol):
+class OutboxDelivery(Protocol):
+    """The outbox as the uplink's delivery loop uses it (:class:`uplink.outbox.Outbox`).
+
+    A claim leases records to one owner: in a fleet (PostgreSQL) the rows are
+    picked with ``FOR UPDATE SKIP LOCKED`` and leased in the same statement, so
+    two sidecars never send the same record at once; a lapsed lease (its owner
+    died mid-send) makes the record claimable again. At-least-once: the
+    collector deduplicates by id."""
+
+    async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` records, oldest first, not under another owner's live lease,
+        leased to ``owner`` until ``now + lease_s``: ``(record_id, body)``."""
+        ...
+
+    async def delete_outbox(self, record_ids: Sequence[str]) -> int:
+        """Forget these records (the collector acknowledged or refused them); how many went."""
+        ...
+
+    async def outbox_depth(self) -> int:
+        """How many records the outbox holds."""
+        ...
+
+
+class Store(TrialStore, CaseLedger, FunnelStore, ReadModel, OutboxDelivery, Protocol):
     """Everything one process needs; opened and closed by the app's lifecycle.
 
     An instance is bound to the event loop that opened it: the engine opens

@@ -459,6 +459,28 @@ class PostgresStore:
         rows = await self._open_pool().fetch("SELECT record_id, topic, body FROM outbox ORDER BY seq LIMIT $1", limit)
         return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
 
+    # -- the uplink's delivery (sidecar.store.base.OutboxDelivery) -------------
+
+    async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
+        # Pick and lease in one statement: SKIP LOCKED passes over rows another sidecar is
+        # leasing this instant, and the lease keeps them its own after that commit.
+        rows = await self._open_pool().fetch(
+            "WITH picked AS ("
+            " SELECT seq FROM outbox WHERE claimed_by IS NULL OR claimed_by = $1 OR lease_until < $2"
+            " ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) "
+            "UPDATE outbox o SET claimed_by = $1, lease_until = $4 FROM picked WHERE o.seq = picked.seq "
+            "RETURNING o.seq, o.record_id, o.body",
+            owner, now, limit, now + lease_s,
+        )
+        return [(r["record_id"], r["body"].encode()) for r in sorted(rows, key=lambda r: r["seq"])]
+
+    async def delete_outbox(self, record_ids: Sequence[str]) -> int:
+        result = await self._open_pool().execute("DELETE FROM outbox WHERE record_id = ANY($1::text[])", list(record_ids))
+        return int(result.split()[-1])
+
+    async def outbox_depth(self) -> int:
+        return int(await self._open_pool().fetchval("SELECT COUNT(*) FROM outbox"))
+
 
 async def _mark_indeterminate(conn: Conn, rows: Sequence[Any], now: float, reasons: Mapping[str, str]) -> None:
     """Finish the locked cases ``rows`` as ``indeterminate``; none is re-run.

@@ -170,4 +170,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN started_by TEXT;
     """,
+    # 6: reserved for the posture tables (issue 11 item 1, built on another branch); this
+    # placeholder changes nothing and is replaced by that migration when the branches meet
+    """
+    SELECT 1;
+    """,
+    # 7: the uplink's delivery leases: a claimed outbox record belongs to one process until
+    # its lease ends, so a fleet's sidecars never send the same record at once
+    """
+    ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
+    ALTER TABLE outbox ADD COLUMN lease_until REAL;
+    """,
 )

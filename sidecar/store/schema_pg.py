@@ -160,6 +160,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN started_by TEXT;
     """,
+    # 5: reserved for the posture tables (issue 11 item 1, another branch); a placeholder
+    # replaced by that migration when the branches meet
+    """
+    SELECT 1;
+    """,
+    # 6: the uplink's delivery leases, as in SQLite's migration 7 (claimed with SKIP LOCKED)
+    """
+    ALTER TABLE outbox ADD COLUMN claimed_by TEXT, ADD COLUMN lease_until DOUBLE PRECISION;
+    """,
 )
 
 

@@ -462,6 +462,38 @@ class SQLiteStore:
 
         return await self._run(fn)
 
+    # -- the uplink's delivery (sidecar.store.base.OutboxDelivery) -------------
+
+    async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            rows = conn.execute(
+                "SELECT seq, record_id, body FROM outbox "
+                "WHERE claimed_by IS NULL OR claimed_by = ? OR lease_until < ? ORDER BY seq LIMIT ?",
+                (owner, now, limit),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE outbox SET claimed_by = ?, lease_until = ? WHERE seq = ?",
+                [(owner, now + lease_s, r["seq"]) for r in rows],
+            )
+            return [(r["record_id"], r["body"].encode()) for r in rows]
+
+        return await self._write(fn)
+
+    async def delete_outbox(self, record_ids: Sequence[str]) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            gone = 0
+            for rid in record_ids:
+                gone += conn.execute("DELETE FROM outbox WHERE record_id = ?", (rid,)).rowcount
+            return gone
+
+        return await self._write(fn)
+
+    async def outbox_depth(self) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+        return await self._run(fn)
+
 
 def _enable_wal(conn: sqlite3.Connection, deadline_s: float = 30.0) -> None:
     """Switch to WAL. Several processes opening one fresh file at once can get an

@@ -1,0 +1,108 @@
+"""A real sidecar with ``[uplink]`` beside a real collector on loopback.
+
+Every finished case's ``case_result`` reaches the collector exactly once —
+also across a collector outage under continuous traffic — and no byte of a
+content-free team's prompts or answers ever reaches it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import Harness, exchange, wait_for
+from tests.uplink.kit import UplinkKit
+
+
+async def _finished_case_ids(h: Harness, trial_id: str) -> set[str]:
+    return {f"case:{c['id']}" for c in await h.runtime.store.cases(trial_id) if c["state"] == "finished"}
+
+
+async def _all_delivered(h: Harness, kit: UplinkKit, trial_id: str) -> None:
+    async def done() -> bool:
+        held = {rid for rid, _ in kit.held()}
+        return held == await _finished_case_ids(h, trial_id) and await h.runtime.store.outbox_depth() == 0
+
+    await wait_for(done, timeout=60, what="every case result at the collector and the outbox empty")
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+async def test_every_case_result_reaches_the_collector_exactly_once(tmp_path: Path, isolation: str) -> None:
+    """With the engine in its own process the hook is pickled into it: the same records arrive."""
+    kit = UplinkKit(tmp_path)
+    async with kit.collector() as c:
+        async with Harness(tmp_path, extra=kit.uplink_toml(c.url), isolation=isolation) as h:
+            t = await h.create_trial()
+            await h.send([exchange(i) for i in range(40)])
+            view = await h.settle(t["id"], 40)
+            await _all_delivered(h, kit, t["id"])
+            held = kit.held()
+            records = [json.loads(body) for _, body in held]
+            assert len(held) == len({rid for rid, _ in held}) == view["funnel"]["total"] == 40
+            judged = [r for r in records if r["outcome"] == "judged"]
+            assert len(judged) == view["funnel"].get("judged", len(judged)) and judged
+            assert all(r["trial_id"] == t["id"] and r["team"] == "team-a" for r in records)
+            assert all(r["judge_version_id"] and r["judgments"] for r in judged)
+            sent = sum(len(json.loads(b)["records"]) for b in kit.bodies)
+            print(f"\n40 cases: {len(held)} records held, {sent} sent in {len(kit.bodies)} batches")
+
+
+async def test_collector_down_then_back_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    kit = UplinkKit(tmp_path)
+    collector = kit.collector()
+    await collector.start()
+    port = collector.port
+    try:
+        async with Harness(tmp_path, extra=kit.uplink_toml(collector.url)) as h:
+            t = await h.create_trial()
+            await h.send([exchange(i) for i in range(20)])
+            await h.settle(t["id"], 20)
+            await _all_delivered(h, kit, t["id"])
+            await collector.stop()  # down, while traffic keeps coming: 6 rounds, each across a failed send
+            delivery = h.runtime.delivery
+            for start in range(20, 80, 10):
+                failures = sum(delivery.stats.failures.values())
+                await h.send([exchange(i) for i in range(start, start + 10)])
+
+                async def failed_again() -> bool:
+                    return sum(delivery.stats.failures.values()) > failures
+
+                await wait_for(failed_again, what="another failed send while the collector is down")
+            await h.settle(t["id"], 80)
+            waiting = await h.runtime.store.outbox_depth()
+            assert waiting == 60, "every result made while the collector was down waits in the outbox"
+            collector = kit.collector(port=port)  # back, on the same port and database
+            await collector.start()
+            await _all_delivered(h, kit, t["id"])
+            held = [rid for rid, _ in kit.held()]
+            received = sum(len(json.loads(b)["records"]) for b in kit.bodies)
+            print(f"\noutage: {waiting} records waited; collector holds {len(held)} ({len(set(held))} distinct) "
+                  f"of 80 cases; {received} records received in {len(kit.bodies)} batches; "
+                  f"failed sends {dict(h.runtime.delivery.stats.failures)}")
+            assert len(held) == len(set(held)) == 80
+    finally:
+        await collector.stop()
+
+
+async def test_a_content_free_teams_canaries_never_reach_the_collector(tmp_path: Path) -> None:
+    kit = UplinkKit(tmp_path)  # no team may uplink content
+    canary = "CANARY-7f1c2e"
+
+    def ex(i: int) -> dict[str, Any]:
+        e = exchange(i, content=f"incumbent answer {canary}-ans-{i} ⟨q=0.500⟩")
+        e["request"]["messages"][0]["content"] = f"question {canary}-q-{i}"
+        return e
+
+    async with kit.collector() as c:
+        async with Harness(tmp_path, extra=kit.uplink_toml(c.url) + '\n[teams.team-a]\nprompt_retention = false\n') as h:
+            t = await h.create_trial()
+            await h.send([ex(i) for i in range(30)])
+            await h.settle(t["id"], 30)
+            await _all_delivered(h, kit, t["id"])
+    assert kit.bodies, "batches were sent"
+    assert all(canary.encode() not in body for body in kit.bodies), "a request body carried a canary"
+    files = b"".join(p.read_bytes() for p in tmp_path.glob("collector.db*"))
+    assert canary.encode() not in files and b"question" not in files and b"answer" not in files

@@ -1,0 +1,164 @@
+"""The reference collector: an aiohttp app that receives uplink batches.
+
+``POST /v1/uplink/batches``: verify the bearer token (:mod:`uplink.signing`:
+EdDSA only, a known ``kid``, an allowed ``iss``, this collector's ``aud``,
+``exp``) — else ``401``; gunzip within ``max_body_bytes`` — else ``413``;
+decode the batch (:func:`uplink.schema.decode_batch`) — else ``400`` naming
+the field; refuse ``exchange`` records of a team not listed in
+``content_teams`` as ``content_not_permitted`` (``403`` when every record of
+the batch is such, the refused ids in the body); keep the rest once by id and
+answer ``200`` with an :class:`~uplink.schema.Ack` naming exactly the ids it
+now holds (stored now or before) and those it refused.
+
+``GET /v1/trials``: what it holds, per trial: the latest ``trial_state`` and
+the count of case results per team.
+
+Errors are ``{"error": {"code", "message", "field"}}``; bad input never gets a 5xx.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgspec
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from uplink.collector_store import CollectorStore, Held
+from uplink.schema import (
+    CONTENT_KINDS,
+    Ack,
+    ExchangeRecord,
+    SchemaError,
+    TrialState,
+    UnknownRecord,
+    decode_batch,
+    encode_record,
+)
+from uplink.signing import TokenRefused, Verifier
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    #: Teams whose posture allows content uplink: ``exchange`` records of any other team are refused.
+    content_teams: frozenset[str] = frozenset()
+    #: The most a batch may hold once decompressed (and, compressed, on the wire).
+    max_body_bytes: int = 32 * 1024 * 1024
+
+
+VERIFIER: web.AppKey[Verifier] = web.AppKey("uplink_verifier", Verifier)
+STORE: web.AppKey[CollectorStore] = web.AppKey("uplink_store", object)  # type: ignore[arg-type]
+SETTINGS: web.AppKey[CollectorSettings] = web.AppKey("uplink_settings", CollectorSettings)
+
+_json = msgspec.json.Encoder()
+
+
+def _error(status: int, code: str, message: str, field: str | None = None, **extra: Any) -> web.Response:
+    body: dict[str, Any] = {"error": {"code": code, "message": message, "field": field}}
+    body.update(extra)
+    return web.Response(status=status, body=_json.encode(body), content_type="application/json")
+
+
+def collector_app(
+    store: CollectorStore, verifier: Verifier, settings: CollectorSettings, *, middlewares: Sequence[Middleware] = ()
+) -> web.Application:
+    """The collector's app; the caller owns and closes ``store``. Run it with
+    ``web.AppRunner(app, auto_decompress=False)``: the handler gunzips the body
+    itself, bounded by ``max_body_bytes``, and answers a bad one with JSON."""
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
+    app[STORE] = store
+    app[VERIFIER] = verifier
+    app[SETTINGS] = settings
+    app.router.add_post("/v1/uplink/batches", receive_batch)
+    app.router.add_get("/v1/trials", list_trials)
+    app.router.add_get("/healthz", _healthz)
+    return app
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def _gunzip(data: bytes, limit: int) -> bytes | None:
+    """The decompressed body, or None when it would exceed ``limit``. Raises ``zlib.error``."""
+    d = zlib.decompressobj(wbits=31)
+    out = d.decompress(data, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        return None
+    return out + d.flush()
+
+
+def _held(record: Any, sidecar_id: str, now: float) -> Held:
+    if isinstance(record, UnknownRecord):
+        return Held(record.id, record.kind, sidecar_id, record.raw, now)
+    kind = type(record).__struct_config__.tag
+    team = getattr(record, "team", None)
+    trial = getattr(record, "trial_id", None)
+    revision = record.revision if isinstance(record, TrialState) else None
+    return Held(record.id, str(kind), sidecar_id, encode_record(record), now, team, trial, revision)
+
+
+async def receive_batch(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    try:
+        request.app[VERIFIER].verify(request.headers.get("Authorization"))
+    except TokenRefused as exc:
+        return _error(401, exc.code, str(exc), exc.field)
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, "body_too_large", f"a batch may be at most {settings.max_body_bytes} bytes", "body")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        try:
+            body = _gunzip(raw, settings.max_body_bytes)
+        except zlib.error:
+            return _error(400, "bad_encoding", "the body is not valid gzip", "Content-Encoding")
+        if body is None:
+            return _error(413, "body_too_large", f"a batch may be at most {settings.max_body_bytes} bytes "
+                          "decompressed", "body")
+    elif encoding == "identity":
+        body = raw
+    else:
+        return _error(415, "unsupported_encoding", "Content-Encoding must be gzip or identity", "Content-Encoding")
+    try:
+        batch, records = decode_batch(body)
+    except SchemaError as exc:
+        if exc.field == "schema":
+            return _error(409, "schema_unsupported", str(exc), "schema")
+        return _error(400, "invalid_batch", str(exc), exc.field)
+    now = time.time()
+    keep: list[Held] = []
+    refused: dict[str, str] = {}
+    for record in records:
+        if isinstance(record, ExchangeRecord) or (
+            not isinstance(record, UnknownRecord) and type(record).__struct_config__.tag in CONTENT_KINDS
+        ):
+            if getattr(record, "team", None) not in settings.content_teams:
+                refused[record.id] = "content_not_permitted"
+                continue
+        keep.append(_held(record, batch.sidecar_id, now))
+    if records and not keep:
+        return _error(403, "content_not_permitted",
+                      "every record of the batch carries content of a team whose posture does not allow it",
+                      "records", refused=refused)
+    if keep:
+        await request.app[STORE].put(keep)
+    ack = Ack(acked=[h.id for h in keep], refused=refused)
+    return web.Response(body=_json.encode(ack), content_type="application/json")
+
+
+async def list_trials(request: web.Request) -> web.Response:
+    rows = await request.app[STORE].trials()
+    out = [
+        {"trial_id": r["trial_id"], "case_results": r["case_results"],
+         "state": msgspec.Raw(r["state"]) if r["state"] is not None else None}
+        for r in rows
+    ]
+    return web.Response(body=_json.encode({"trials": out}), content_type="application/json")
+
+
+
