@@ -31,8 +31,7 @@ def _cost(micros: int | None, coverage: str) -> CaseCost:
 
 
 def case_result(subject: Subject, finish: CaseFinish) -> CaseResult:
-    """The content-free record of ``finish``. ``exchange_id`` is empty: a
-    :class:`CaseFinish` does not carry it yet (the case id is derived from it)."""
+    """The content-free record of ``finish``."""
     rec = subject.record
     judgments = [
         CaseJudgment(
@@ -47,7 +46,7 @@ def case_result(subject: Subject, finish: CaseFinish) -> CaseResult:
         id=f"case:{finish.case_id}",
         trial_id=finish.trial_id,
         case_id=finish.case_id,
-        exchange_id="",
+        exchange_id=finish.exchange_id,
         team=rec.team,
         outcome=finish.outcome,
         finished_at=finish.finished_at,
@@ -56,8 +55,10 @@ def case_result(subject: Subject, finish: CaseFinish) -> CaseResult:
         score=finish.score,
         candidate_cost=_cost(finish.candidate_cost_micros, finish.candidate_cost_coverage),
         judge_cost=_cost(finish.judge_cost_micros, finish.judge_cost_coverage),
+        incumbent_cost=_cost(finish.incumbent_cost_micros, finish.incumbent_cost_coverage),
         charged_micros=finish.charged_micros,
         candidate_latency_ms=finish.candidate_latency_ms,
+        incumbent_latency_ms=finish.incumbent_latency_ms,
         gateway=rec.gateway,
     )
 

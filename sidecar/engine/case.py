@@ -106,6 +106,8 @@ class _Case:
 
     subject: Subject
     case_id: str
+    #: What the case was started with: its exchange id and the incumbent's figures.
+    start: CaseStart | None = None
     reserved: int = 0
     dispatched: bool = False
     charges: list[spend.Charge] = field(default_factory=list)
@@ -193,7 +195,7 @@ class CaseRunner:
             self.tally.outcome(counted)
             spans.end_case(span, counted)
             return "not_running"
-        case = _Case(subject, start.case_id)
+        case = _Case(subject, start.case_id, start)
         try:
             finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls)
         except _Shed as shed:
@@ -233,7 +235,7 @@ class CaseRunner:
         claimed = await self.store.claim_case(start)
         if claimed in ("duplicate", "not_running"):
             return claimed
-        case = _Case(subject, start.case_id)
+        case = _Case(subject, start.case_id, start)
         finish = self._finish(case, "shed_stopped", error="the sidecar stopped before it ran; its content was not kept")
         finish = _with_effects(finish, self._effects(subject, finish))
         await _persist(lambda: self.store.finish_case(finish, self.owner))
@@ -480,6 +482,10 @@ class CaseRunner:
             trial_status=trial_status,
             trial_status_reason="the remaining cap cannot cover a typical case" if trial_status == "cap_reached" else None,
             disputed_calls=disputed,
+            exchange_id=case.start.exchange_id if case.start is not None else "",
+            incumbent_latency_ms=case.start.incumbent_latency_ms if case.start is not None else None,
+            incumbent_cost_micros=case.start.incumbent_cost_micros if case.start is not None else None,
+            incumbent_cost_coverage=case.start.incumbent_cost_coverage if case.start is not None else "unknown",
         )
 
     def _unexpected(self, case: _Case, exc: Exception) -> CaseFinish:

@@ -172,6 +172,12 @@ class CaseFinish:
     effects: tuple[Effect, ...] = ()
     #: Disputed usage reports among its calls (see ``TrialRecord.disputed_calls``).
     disputed_calls: int = 0
+    #: What the case was started with, for its post-finish hooks (the store keeps them from
+    #: the start): the exchange id and the incumbent's latency and cost.
+    exchange_id: str = ""
+    incumbent_latency_ms: float | None = None
+    incumbent_cost_micros: int | None = None
+    incumbent_cost_coverage: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,10 @@ async def test_every_case_result_reaches_the_collector_exactly_once(tmp_path: Pa
             judged = [r for r in records if r["outcome"] == "judged"]
             assert len(judged) == view["funnel"].get("judged", len(judged)) and judged
             assert all(r["trial_id"] == t["id"] and r["team"] == "team-a" for r in records)
+            # Each record names its exchange, and carries the incumbent's figures the gateway sent.
+            assert sorted(r["exchange_id"] for r in records) == sorted(exchange(i)["exchange_id"] for i in range(40))
+            assert all(r["incumbent_latency_ms"] == exchange(0)["latency_ms"] for r in records)
+            assert all(r["incumbent_cost"]["coverage"] != "unknown" for r in records)
             assert all(r["judge_version_id"] and r["judgments"] for r in judged)
             sent = sum(len(json.loads(b)["records"]) for b in kit.bodies)
             print(f"\n40 cases: {len(held)} records held, {sent} sent in {len(kit.bodies)} batches")
