@@ -55,6 +55,8 @@ log = logging.getLogger("shadowtrial")
 RUNTIME: web.AppKey["Runtime"] = web.AppKey("runtime", object)  # type: ignore[arg-type]
 
 FUNNEL_FLUSH_S = 0.5
+#: How often the outbox's depth is read against ``uplink.max_outbox_records``.
+OUTBOX_WATCH_S = 1.0
 
 
 class Runtime:
@@ -73,6 +75,9 @@ class Runtime:
             hooks = (*hooks, uplink_case_result)
         #: The uplink's delivery loop (``[uplink]`` set), started and stopped with the runtime.
         self.delivery: Delivery | None = None
+        #: The uplink's outbox holds ``uplink.max_outbox_records``: the tap samples no new case
+        #: (``shed_outbox_full``) until delivery makes room. Set by :meth:`_outbox_loop`.
+        self.outbox_full = False
         self.telemetry = telemetry if telemetry is not None else Telemetry.start(config.telemetry, process="sidecar")
         self._own_telemetry = telemetry is None
         #: The fleet's spend as last read for the OTLP gauges (the Prometheus endpoint reads its own).
@@ -152,6 +157,8 @@ class Runtime:
                 await self.stop()
                 raise StartupError(f"uplink: {exc}") from exc
             await self.delivery.start()
+            await self.watch_outbox()
+            self._chores.append(asyncio.create_task(self._outbox_loop(), name="shadowtrial-outbox-bound"))
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
             self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
@@ -223,6 +230,18 @@ class Runtime:
         edits = self.routing.edits
         running = await self.store.list_trials(status="running")
         self.routing.replace([r for r in running if runnable(r, self.resolve, self.config)], edits_seen=edits)
+
+    async def watch_outbox(self) -> None:
+        """Read the outbox's depth against its bound (one count query; the tap never waits on it)."""
+        self.outbox_full = await self.store.outbox_depth() >= self.config.uplink.max_outbox_records
+
+    async def _outbox_loop(self) -> None:
+        while True:
+            await asyncio.sleep(OUTBOX_WATCH_S)
+            try:
+                await self.watch_outbox()
+            except Exception:
+                log.exception("reading the outbox's depth failed; the bound keeps its last reading")
 
     async def _route_loop(self) -> None:
         while True:

@@ -117,6 +117,7 @@ def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) 
     counts: Counter[tuple[str, str]] = Counter()
     claims: dict[str, list[Claim]] = {}
     content_free: set[str] = set()
+    outbox_shed = 0
     for ex in exchanges:
         for route in routes.match(ex):
             if not route.prompt_retention:
@@ -125,9 +126,12 @@ def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) 
                 counts[(route.trial_id, "skipped_redacted")] += 1
             elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
                 counts[(route.trial_id, "not_sampled")] += 1
+            elif rt.outbox_full:  # its result could not be recorded for the collector
+                counts[(route.trial_id, "shed_outbox_full")] += 1
+                outbox_shed += 1
             else:
                 claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
-    sampled = shed = 0
+    sampled, shed = 0, outbox_shed
     journal = rt.journal
     for site, batch in claims.items():
         sink = rt.sinks.get(site)

@@ -17,13 +17,16 @@ LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
 #: reservation did not fit while other cases held reservations, and no room
 #: opened within the engine's wait bound (the trial keeps running);
 #: ``not_at_site`` — the trial is pinned to another execution site and this
-#: process has no sink for it (DESIGN.md rule 7: never run anywhere else).
+#: process has no sink for it (DESIGN.md rule 7: never run anywhere else);
+#: ``shed_outbox_full`` — the uplink's outbox holds ``uplink.max_outbox_records``
+#: undelivered records, so no new case is sampled (a recorded result is never dropped).
 OUTCOMES: tuple[str, ...] = (
     "not_sampled",
     "skipped_redacted",
     "shed_queue_full",
     "shed_stopped",
     "shed_cap_busy",
+    "shed_outbox_full",
     "not_at_site",
     "cap_reached",
     "candidate_failed",

@@ -78,6 +78,7 @@ SHED_REASONS = {
     "shed_queue_full": "queue_full",
     "shed_stopped": "stopped",
     "shed_cap_busy": "cap_busy",
+    "shed_outbox_full": "outbox_full",
     "cap_reached": "cap_reached",
     "not_at_site": "not_at_site",
 }

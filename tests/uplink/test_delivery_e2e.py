@@ -110,3 +110,40 @@ async def test_a_content_free_teams_canaries_never_reach_the_collector(tmp_path:
     assert all(canary.encode() not in body for body in kit.bodies), "a request body carried a canary"
     files = b"".join(p.read_bytes() for p in tmp_path.glob("collector.db*"))
     assert canary.encode() not in files and b"question" not in files and b"answer" not in files
+
+
+async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tmp_path: Path) -> None:
+    """Past ``max_outbox_records`` undelivered records the tap sheds new cases as
+    ``shed_outbox_full``; the records already written all reach the collector once it is back,
+    and sampling resumes."""
+    kit = UplinkKit(tmp_path)
+    collector = kit.collector()
+    await collector.start()
+    port = collector.port
+    await collector.stop()  # down from the start: every record waits
+    try:
+        async with Harness(tmp_path, extra=kit.uplink_toml(collector.url, max_outbox_records=10)) as h:
+            t = await h.create_trial()
+            await h.send([exchange(i) for i in range(12)])  # sampled before the bound is read: all run
+            await h.settle(t["id"], 12)
+            await h.runtime.watch_outbox()
+            assert await h.runtime.store.outbox_depth() == 12 and h.runtime.outbox_full
+            reply = await h.send([exchange(i) for i in range(12, 20)])
+            assert (reply["sampled"], reply["shed"]) == (0, 8)
+            view = await h.settle(t["id"], 20)
+            outcomes = view["funnel"]["outcomes"]
+            assert outcomes["shed_outbox_full"] == 8 and sum(outcomes.values()) == view["funnel"]["total"] == 20
+            assert await h.runtime.store.outbox_depth() == 12, "no recorded result is dropped"
+
+            collector = kit.collector(port=port)  # back: the 12 records drain, sampling resumes
+            await collector.start()
+            await _all_delivered(h, kit, t["id"])
+            await h.runtime.watch_outbox()
+            assert not h.runtime.outbox_full
+            assert (await h.send([exchange(i) for i in range(20, 24)]))["sampled"] == 4
+            await h.settle(t["id"], 24)
+            await _all_delivered(h, kit, t["id"])
+            held = [rid for rid, _ in kit.held()]
+            assert len(held) == len(set(held)) == 16  # 12 + 4 run cases; the 8 shed were never run
+    finally:
+        await collector.stop()
