@@ -160,6 +160,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN started_by TEXT;
     """,
+    # 5: teams' posture, as in SQLite's migration 6
+    """
+    CREATE TABLE team_posture (
+        team TEXT PRIMARY KEY,
+        prompt_retention BOOLEAN NOT NULL,
+        cut_over BOOLEAN NOT NULL,
+        revision BIGINT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        updated_by TEXT
+    );
+    CREATE TABLE gateway_uplink (
+        team TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        content_uplink BOOLEAN NOT NULL,
+        last_seen DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (team, gateway)
+    );
+    """,
 )
 
 
