@@ -4,6 +4,7 @@
     shadowtrial trials create --team T --incumbent M --candidate M --cap-usd X [...]
     shadowtrial trials list | show ID | stop ID
     shadowtrial live
+    shadowtrial teams posture show TEAM | set TEAM [--retention on|off] [--cut-over on|off] [--if-match REV]
     shadowtrial token --key FILE --alg ALG --sub S --audience A --issuer I [--role R ...] [--team T ...]
     shadowtrial keygen [--out DIR] [--kind ed25519|ec|rsa]
     shadowtrial demo
@@ -208,6 +209,26 @@ def _parser() -> argparse.ArgumentParser:
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
+
+    teams = sub.add_parser("teams", help="teams' posture")
+    teams_sub = teams.add_subparsers(dest="action", required=True)
+    posture = teams_sub.add_parser("posture", help="show or set a team's posture (GET/PUT /v1/teams/TEAM/posture)")
+    psub = posture.add_subparsers(dest="posture_action", required=True)
+    show = psub.add_parser("show", help="retention, cut-over, each gateway's content uplink, the execution site")
+    client(show)
+    show.add_argument("team")
+    pset = psub.add_parser(
+        "set", help="set retention and/or cut-over",
+        description="Set a team's prompt retention and cut-over (PUT). A setting left out keeps its current "
+                    "value: the command reads the posture and writes over that revision (If-Match), so a "
+                    "concurrent change is refused (412) rather than undone. Running trials the change moves "
+                    "are paused posture_changed; the answer lists them.",
+    )
+    client(pset)
+    pset.add_argument("team")
+    pset.add_argument("--retention", choices=("on", "off"), help="prompt retention")
+    pset.add_argument("--cut-over", dest="cut_over", choices=("on", "off"), help="cut over to control-plane execution")
+    pset.add_argument("--if-match", dest="if_match", type=int, help="write only over this revision")
     return p
 
 
@@ -218,8 +239,12 @@ def _admin_url(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
 def _trial_url(base: str, trial_id: str) -> str:
     """The trial's URL with its id as one path segment, whatever it contains (``../../v1/live``
     must not walk to another route; ``.`` and ``..`` alone are dot-segments unless encoded)."""
-    segment = trial_id.replace(".", "%2E") if set(trial_id) <= {"."} else quote(trial_id, safe="")
-    return f"{base}/v1/trials/{segment}"
+    return f"{base}/v1/trials/{_segment(trial_id)}"
+
+
+def _segment(value: str) -> str:
+    """``value`` as one URL path segment."""
+    return value.replace(".", "%2E") if set(value) <= {"."} else quote(value, safe="")
 
 
 #: How much of an answer that is not the admin API's JSON is quoted.
@@ -287,6 +312,8 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         data = _call("GET", f"{base}/v1/live", headers=auth)
         print(json.dumps(data, indent=2) if args.json else render_live(data))
         return 0
+    if args.command == "teams":
+        return _posture_command(args, base, auth)
     if args.action == "create":
         headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
         data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers | auth)
@@ -301,6 +328,54 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         data = _call("POST", _trial_url(base, args.trial_id) + f"/{args.action}", headers=auth)
     print(json.dumps(data, indent=2) if args.json else render_trial(data))
     return 0
+
+
+def _posture_command(args: argparse.Namespace, base: str, auth: dict[str, str]) -> int:
+    url = f"{base}/v1/teams/{_segment(args.team)}/posture"
+    if args.posture_action == "show":
+        data = _call("GET", url, headers=auth)
+    else:
+        if args.retention is None and args.cut_over is None:
+            raise SystemExit("shadowtrial: give --retention and/or --cut-over")
+        revision = args.if_match
+        current: dict[str, Any] = {}
+        if args.retention is None or args.cut_over is None or revision is None:
+            current = _call("GET", url, headers=auth)
+            revision = current.get("revision") if revision is None else revision
+        body = {
+            "prompt_retention": (args.retention == "on") if args.retention else current.get("prompt_retention"),
+            "cut_over": (args.cut_over == "on") if args.cut_over else current.get("cut_over"),
+        }
+        data = _call("PUT", url, json=body, headers=auth | {"If-Match": f'"{revision}"'})
+    print(json.dumps(data, indent=2) if args.json else render_posture(data))
+    return 0
+
+
+def render_posture(data: Mapping[str, Any]) -> str:
+    """A team's posture as text."""
+    def on(value: Any) -> str:
+        return "on" if value is True else "off" if value is False else "?"
+
+    lines = [
+        f"team {data.get('team')}  (revision {data.get('revision')}"
+        f"{'' if data.get('stored') else ', from config defaults'})",
+        f"  prompt retention  {on(data.get('prompt_retention'))}",
+        f"  cut over          {on(data.get('cut_over'))}",
+        f"  execution site    {data.get('execution_site')}",
+        f"  gateways (stop counting after {data.get('stale_after_seconds')} s unheard):",
+    ]
+    gateways = data.get("gateways") or []
+    for g in gateways:
+        lines.append(f"    {g.get('gateway')}: content uplink {on(g.get('content_uplink'))}, last seen "
+                     f"{g.get('last_seen')}{'' if g.get('live') else ' (stale: not counted)'}")
+    if not gateways:
+        lines.append("    none reported (the site is local)")
+    for name, feature in (data.get("features") or {}).items():
+        if not feature.get("available"):
+            lines.append(f"  {name} unavailable: {feature.get('reason')}")
+    if data.get("paused_trials"):
+        lines.append(f"  paused posture_changed: {', '.join(data['paused_trials'])}")
+    return "\n".join(lines)
 
 
 # -- start-up failures: one line naming the setting, exit status 2 ------------------------------

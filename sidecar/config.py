@@ -398,14 +398,38 @@ class ModelConfig(_Section, frozen=True):
 
 
 class TeamConfig(_Section, frozen=True):
-    """A team's posture (``[teams.NAME]``)."""
+    """A team's posture (``[teams.NAME]``). It *seeds* the team's stored posture: at start the
+    sidecar stores it for a team the store holds no posture of; from then on the stored one
+    (``PUT /v1/teams/{team}/posture``) is what counts (docs/posture.md)."""
 
     prompt_retention: bool = True
 
 
+class SidecarConfig(_Section, frozen=True):
+    """This sidecar itself (``[sidecar]``). ``gateway``: the name of the gateway it serves;
+    with it, the sidecar reports that gateway's content-uplink setting (``[uplink] content``)
+    for every team of ``[teams]``, at start and on each engine heartbeat. Empty: it reports
+    nothing, and its gateway does not count towards any team's posture."""
+
+    gateway: str = ""
+
+    def _validate(self) -> None:
+        if len(self.gateway) > 256 or not self.gateway.isprintable() or self.gateway != self.gateway.strip():
+            raise ValueError("gateway must be up to 256 printable characters, no whitespace at either end")
+
+
 class UplinkConfig(_Section, frozen=True):
-    """``[uplink]``: results to a control-plane collector (docs/uplink.md). Off while
-    ``collector_url`` is empty. The private key is read at start, never logged."""
+    """``[uplink]``: what this sidecar's gateway allows to leave it, and results to a
+    control-plane collector (docs/uplink.md, docs/posture.md).
+
+    ``content``: whether prompt and answer bodies may be sent to the control plane (content
+    uplink); it is this gateway's setting, reported per team (see :class:`SidecarConfig`).
+    ``stale_seconds``: a gateway not heard from for longer stops counting in a team's posture.
+    Delivery is off while ``collector_url`` is empty. The private key is read at start, never
+    logged."""
+
+    content: bool = False
+    stale_seconds: Annotated[float, msgspec.Meta(gt=0, le=86_400 * 30)] = 300.0
 
     collector_url: str = ""
     #: This sidecar's name in every batch (e.g. ``gw-eu-1/sidecar-7f3a``).
@@ -568,6 +592,7 @@ class Config(_Section, frozen=True):
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelConfig] = {}
     teams: dict[str, TeamConfig] = {}
+    sidecar: SidecarConfig = msgspec.field(default_factory=SidecarConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     uplink: UplinkConfig = msgspec.field(default_factory=UplinkConfig)
     collector: CollectorConfig = msgspec.field(default_factory=CollectorConfig)
@@ -596,6 +621,11 @@ class Config(_Section, frozen=True):
                 f'auth.mode = "off" (no admin authentication) is accepted only when admin.listen is a loopback '
                 f'address, and admin.listen is {self.admin.listen}; set auth.mode = "jwt" with keys '
                 "(docs/security.md), or listen on 127.0.0.1"
+            )
+        if self.uplink.stale_seconds <= self.engine.lease_seconds / 3:
+            raise ValueError(
+                f"uplink.stale_seconds ({self.uplink.stale_seconds}) must be longer than the heartbeat that reports "
+                f"the gateway (engine.lease_seconds / 3 = {self.engine.lease_seconds / 3})"
             )
         judge = self.judge.model
         if judge and judge not in self.models and len(self.providers) != 1:

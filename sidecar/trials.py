@@ -19,7 +19,7 @@ import msgspec
 from judge.errors import JudgeError, UnknownRubric
 from judge.version import JudgeSpec, judge_version
 from policies.money import Price
-from policies.site import execution_site
+from policies.site import Site
 from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE_PER_MTOK_USD
 from sidecar.errors import BadRequest, SpendUnbounded
 from sidecar.store.records import TrialRecord, TrialStatus
@@ -185,8 +185,11 @@ def build_trial(
     defaults: TrialDefaults,
     prompt_retention: bool,
     now: float,
+    execution_site: Site = "local",
     trial_id: str | None = None,
 ) -> TrialRecord:
+    """The record of a new trial. ``prompt_retention`` and ``execution_site`` are the team's
+    posture now (:func:`sidecar.services.posture.current_posture`), pinned on the trial."""
     judge_in = body.judge or JudgeIn()
     judge_model = judge_in.model or defaults.judge_model
     if not judge_model:
@@ -247,8 +250,7 @@ def build_trial(
         judge_version_id=version.id,
         judge_version_name=version.name,
         judge_spec_json=json.dumps(version.to_dict(), sort_keys=True),
-        # No control plane is wired in yet: no gateway has content uplink, so every trial is local.
-        execution_site=execution_site(content_uplink={}, prompt_retention=prompt_retention, cut_over=False),
+        execution_site=execution_site,
         prompt_retention=prompt_retention,
         created_at=now,
     )

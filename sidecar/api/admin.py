@@ -1,4 +1,4 @@
-"""The admin API: trials, live view, health, and the OpenAPI document.
+"""The admin API: trials, teams' posture, live view, health, and the OpenAPI document.
 
 Errors always have the shape ``{"error": {"code", "message", "field"}}``; one
 middleware maps :class:`sidecar.errors.ApiError` subclasses to their status.
@@ -17,6 +17,7 @@ from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
+from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
 from sidecar.services.trials import TrialService
 from sidecar.telemetry.names import METRICS
 from sidecar.store.errors import IdempotencyConflict
@@ -30,6 +31,7 @@ log = logging.getLogger("shadowtrial.admin")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 TRIALS: web.AppKey[TrialService] = web.AppKey("trials", TrialService)
+POSTURE: web.AppKey[PostureService] = web.AppKey("posture", PostureService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -131,6 +133,27 @@ async def resume_trial(request: web.Request) -> web.Response:
     return _json(await request.app[TRIALS].resume(principal_of(request), request.match_info["trial_id"]))
 
 
+def _posture_answer(view: dict[str, Any]) -> web.Response:
+    response = _json(view)
+    response.headers["ETag"] = f'"{view["revision"]}"'
+    return response
+
+
+async def get_posture(request: web.Request) -> web.Response:
+    team = check_team(request.match_info["team"])
+    if request.query:
+        name = next(iter(request.query))
+        raise BadRequest(f"unknown query parameter {name!r}; this route takes none", field=name)
+    return _posture_answer(await request.app[POSTURE].get(principal_of(request), team))
+
+
+async def put_posture(request: web.Request) -> web.Response:
+    team = check_team(request.match_info["team"])
+    expected = check_if_match(request.headers.getall(IF_MATCH, []))
+    body = decode_posture(await read_body(request))
+    return _posture_answer(await request.app[POSTURE].put(principal_of(request), team, body, expected))
+
+
 async def live(request: web.Request) -> web.Response:
     return _json(await request.app[TRIALS].live(principal_of(request)))
 
@@ -214,6 +237,7 @@ def admin_app(rt: Any) -> web.Application:
     )
     app[RUNTIME] = rt
     app[TRIALS] = TrialService(rt)
+    app[POSTURE] = PostureService(rt)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -222,6 +246,8 @@ def admin_app(rt: Any) -> web.Application:
         ("GET", "/v1/trials/{trial_id}", get_trial),
         ("POST", "/v1/trials/{trial_id}/stop", stop_trial),
         ("POST", "/v1/trials/{trial_id}/resume", resume_trial),
+        ("GET", "/v1/teams/{team}/posture", get_posture),
+        ("PUT", "/v1/teams/{team}/posture", put_posture),
         ("GET", "/v1/live", live),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),

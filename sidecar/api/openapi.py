@@ -16,6 +16,7 @@ from sidecar.trials import (
     IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, TrialCreate,
 )
 from sidecar.ingest.wire import Exchange, TapReply
+from sidecar.services.posture import PostureIn
 
 _ERROR = {
     "type": "object",
@@ -64,8 +65,8 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def openapi_document() -> dict[str, Any]:
-    (create, exchange, reply), components = msgspec.json.schema_components(
-        [TrialCreate, Exchange, TapReply], ref_template="#/components/schemas/{name}"
+    (create, exchange, reply, posture), components = msgspec.json.schema_components(
+        [TrialCreate, Exchange, TapReply, PostureIn], ref_template="#/components/schemas/{name}"
     )
     components["Error"] = _ERROR
     trial_id = [{"name": "trial_id", "in": "path", "required": True, "schema": {"type": "string"}}]
@@ -77,6 +78,7 @@ def openapi_document() -> dict[str, Any]:
     }]
     team_schema = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NAME_PATTERN,
                    "description": NAME_RULE}
+    team_param = [{"name": "team", "in": "path", "required": True, "schema": team_schema}]
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "shadowtrial", "version": "0.1.0"},
@@ -148,6 +150,29 @@ def openapi_document() -> dict[str, Any]:
                                     "the caller becomes its starter",
                          "parameters": trial_id,
                          "responses": {"200": {"description": "trial"}, **_errors(403, 404, 409)}}
+            },
+            "/v1/teams/{team}/posture": {
+                "get": {
+                    "summary": "A team's posture: prompt retention, cut-over, each gateway's content-uplink report "
+                               "(with last_seen and whether it still counts), and the execution site a new trial "
+                               "gets; the ETag is its revision",
+                    "description": "Any role on the team; a team the caller does not see is 404.",
+                    "parameters": team_param,
+                    "responses": {"200": {"description": "posture"}, **_errors(400, 404)},
+                },
+                "put": {
+                    "summary": "Set a team's prompt retention and cut-over; running trials the change moves are "
+                               "paused posture_changed (listed in paused_trials)",
+                    "description": "tenant_admin on the team or platform_admin. The same values again change "
+                                   "nothing (idempotent). If-Match: \"<revision>\" applies only over that revision "
+                                   "(\"0\": only if none is stored), else 412 revision_mismatch.",
+                    "parameters": [*team_param, {
+                        "name": "If-Match", "in": "header", "required": False,
+                        "schema": {"type": "string", "pattern": '^(W/)?"?[0-9]{1,18}"?$'},
+                    }],
+                    "requestBody": _json_body(posture),
+                    "responses": {"200": {"description": "posture after"}, **_errors(400, 403, 404, 412, 413, 415)},
+                },
             },
             "/v1/live": {"get": {"summary": "Running trials, watches, alerts, evaluation spend",
                                  "responses": {"200": {"description": "live view"}}}},

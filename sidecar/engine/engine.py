@@ -47,6 +47,7 @@ from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import Provider
 from sidecar.redact import describe
+from sidecar.services.posture_report import report_and_pause
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import EngineTelemetry
@@ -84,6 +85,13 @@ class EngineSettings:
     #: Write the funnel counter to the store from this loop (an engine in its own process,
     #: whose counts no runtime flushes), every ``FUNNEL_FLUSH_S`` and at the end.
     flush_funnel: bool = False
+    #: The gateway this sidecar serves (``[sidecar] gateway``; empty: report nothing), its
+    #: content uplink (``[uplink] content``), and the teams it reports for with their
+    #: configured retention (``[teams]``, which also seeds their stored posture at start).
+    gateway: str = ""
+    content_uplink: bool = False
+    posture_teams: tuple[tuple[str, bool], ...] = ()
+    uplink_stale_seconds: float = 300.0
 
 
 #: How often pending funnel counts are written to the store.
@@ -202,6 +210,8 @@ class Engine:
             sample_ratio=self.telemetry.sample_ratio,
         )
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
+        await self._seed_posture()
+        await self._report_uplink()
         self.recovered = await self._store.recover_expired(self.clock())
         self.telemetry.tally.outcome("indeterminate", len(self.recovered))
         if self.recovered:
@@ -341,7 +351,9 @@ class Engine:
         running = await self._store.list_trials(status="running")
         fresh: dict[str, Subject] = {}
         for record in running:
-            subject = self._subjects.get(record.id) or self._activate(record)
+            subject = self._subjects.get(record.id)
+            if subject is None or _repinned(subject.record, record):
+                subject = self._activate(record)
             if subject is not None:
                 fresh[record.id] = subject
         self._subjects = fresh
@@ -411,6 +423,37 @@ class Engine:
     async def _heartbeat(self) -> None:
         assert self._store is not None
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=self.settings.lease_seconds)
+        await self._report_uplink()
+
+    async def _seed_posture(self) -> None:
+        """Store the configured posture of each ``[teams]`` team the store has none of; say so
+        when the stored one differs from the config (the stored one counts: docs/posture.md)."""
+        assert self._store is not None
+        if self.settings.gateway and not self.settings.posture_teams:
+            log.warning("[sidecar] gateway = %r, but no [teams.NAME] table names a team to report its content "
+                        "uplink for: it counts towards no team's posture", self.settings.gateway)
+        for team, retention in self.settings.posture_teams:
+            if not await self._store.seed_posture(team, prompt_retention=retention, cut_over=False, now=self.clock()):
+                stored = await self._store.get_posture(team)
+                if stored is not None and stored.prompt_retention != retention:
+                    log.warning("team %r: the stored posture (prompt_retention=%s) counts, not [teams] in the config",
+                                team, stored.prompt_retention)
+
+    async def _report_uplink(self) -> None:
+        """Report this sidecar's gateway's content uplink for its teams; pause the running trials
+        a changed posture moves (a gateway turned on or off, or gone stale)."""
+        s = self.settings
+        if not s.gateway or not s.posture_teams:
+            return
+        assert self._store is not None
+        retention = dict(s.posture_teams)
+        paused = await report_and_pause(
+            self._store, teams=[t for t, _ in s.posture_teams], gateway=s.gateway, content_uplink=s.content_uplink,
+            now=self.clock(), stale_after_s=s.uplink_stale_seconds, default_retention=lambda team: retention[team],
+        )
+        for trial_id in paused:
+            log.warning("trial %s paused posture_changed: its team's posture moved", trial_id)
+            self.routing.remove(trial_id)
 
     async def _sweep(self) -> None:
         assert self._store is not None
@@ -441,4 +484,12 @@ class Engine:
     @property
     def subjects(self) -> Mapping[str, Subject]:
         return self._subjects
+
+
+def _repinned(held: TrialRecord, fresh: TrialRecord) -> bool:
+    """Whether a resume changed what a held subject was activated with (its site, retention or
+    starter): then it is activated again from the fresh record."""
+    return (held.execution_site, held.prompt_retention, held.started_by) != (
+        fresh.execution_site, fresh.prompt_retention, fresh.started_by
+    )
 

@@ -74,4 +74,8 @@ def engine_settings(config: Config, *, flush_funnel: bool = False) -> EngineSett
         refresh_seconds=e.refresh_seconds,
         reserve_wait_seconds=e.reserve_wait_seconds,
         flush_funnel=flush_funnel,
+        gateway=config.sidecar.gateway,
+        content_uplink=config.uplink.content,
+        posture_teams=tuple((team, t.prompt_retention) for team, t in sorted(config.teams.items())),
+        uplink_stale_seconds=config.uplink.stale_seconds,
     )

@@ -18,11 +18,14 @@ import dataclasses
 import hashlib
 from typing import Any
 
+from policies.posture import needs_pause
 from policies.roles import Principal
 from sidecar.api.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.runtime import Runtime
 from sidecar.services.access import require, require_create, visible
+from sidecar.services.posture import current_posture
+from sidecar.services.posture_report import pause_reason
 from sidecar.store.records import TrialRecord
 from sidecar.trials import TrialCreate, build_trial
 
@@ -30,6 +33,11 @@ from sidecar.trials import TrialCreate, build_trial
 def _missing(trial_id: str) -> str:
     """The one message for a trial that is missing *or* not the caller's to see."""
     return f"no trial {trial_id!r}"
+
+
+def _no_sink(team: str, site: str) -> str:
+    return (f"team {team!r}'s posture puts its trials at execution site {site!r}, and this sidecar has no sink "
+            f"for it (GET /v1/teams/{team}/posture shows why)")
 
 
 #: Statuses a trial pauses in, until a writer resumes it.
@@ -108,23 +116,26 @@ class TrialService:
         first trial with its first starter."""
         require_create(principal, body.team)
         rt = self._rt
+        posture = await current_posture(rt, body.team)
         record = dataclasses.replace(
             build_trial(
                 body,
                 resolve=rt.resolve,
                 defaults=rt.defaults(),
-                prompt_retention=rt.prompt_retention(body.team),
+                prompt_retention=posture.prompt_retention,
+                execution_site=posture.site,
                 now=rt.clock(),
             ),
             started_by=principal.subject,
         )
         if record.execution_site not in rt.sinks:
-            raise BadRequest(f"no sink for execution site {record.execution_site!r} on this sidecar", field="$.team")
+            raise BadRequest(_no_sink(body.team, record.execution_site), field="$.team")
         body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
         stored = await rt.store.create_trial(record, idempotency_key=idempotency_key, body_hash=body_hash)
         created = stored.id == record.id
         if created:
             rt.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
+            await self._recheck_posture(stored)
         # The key's fingerprint covers the team, so a repeat is the same team's trial; checked all the same.
         return await self.get(principal, stored.id), created
 
@@ -148,20 +159,48 @@ class TrialService:
 
     async def resume(self, principal: Principal, trial_id: str) -> dict[str, Any]:
         """Run a paused trial again (``starter_unauthorized``, ``posture_changed``); the resumer
-        becomes its starter, whose rights are checked before each dispatch from then on."""
+        becomes its starter, whose rights are checked before each dispatch from then on. The
+        team's site and retention are evaluated again and pinned with the resume; a site this
+        sidecar has no sink for is ``409 site_unavailable`` (the trial stays paused)."""
         record = await self._record(principal, trial_id)
         require(
             principal, record.team, "write", not_found=_missing(trial_id),
             forbidden=f"your roles may read trial {trial_id!r} but not resume it",
         )
         rt = self._rt
-        updated, changed = await rt.store.resume_trial(trial_id, paused=PAUSED, started_by=principal.subject)
+        if record.status not in PAUSED:
+            raise Conflict(f"trial {trial_id} is {record.status}, not paused", code="trial_not_paused")
+        # The site is evaluated again and pinned anew with the resume (a posture change paused it,
+        # or the posture may have changed while it was paused for another reason).
+        posture = await current_posture(rt, record.team)
+        if posture.site not in rt.sinks:
+            raise Conflict(_no_sink(record.team, posture.site) + "; the trial stays paused", code="site_unavailable")
+        updated, changed = await rt.store.resume_trial(
+            trial_id, paused=PAUSED, started_by=principal.subject,
+            execution_site=posture.site, prompt_retention=posture.prompt_retention,
+        )
         if updated is None:
             raise NotFound(_missing(trial_id))
         if not changed:
             raise Conflict(f"trial {trial_id} is {updated.status}, not paused", code="trial_not_paused")
         rt.routing.add(updated)
+        await self._recheck_posture(updated)
         return await self.get(principal, trial_id)
+
+    async def _recheck_posture(self, record: TrialRecord) -> None:
+        """A posture write that committed between this request's read of the posture and its
+        pin did not pause ``record`` (it was not running yet): read the posture again, and if
+        it moves the trial, pause the team's trials it moves (as the write would have)."""
+        rt = self._rt
+        now = await current_posture(rt, record.team)
+        if needs_pause(pinned_site=record.execution_site, pinned_retention=record.prompt_retention,
+                       site=now.site, prompt_retention=now.prompt_retention):
+            paused = await rt.store.pause_mismatched(
+                record.team, site=now.site, prompt_retention=now.prompt_retention,
+                reason=pause_reason(now.site, now.prompt_retention), now=now.now,
+            )
+            for trial_id in paused:
+                rt.routing.remove(trial_id)
 
     async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:
         record = await self._rt.store.get_trial(trial_id)

@@ -37,9 +37,12 @@ from sidecar.store.records import (
     ClaimOutcome,
     KeptState,
     LedgerEntry,
+    GatewayReport,
     LedgerKind,
     OutboxRecord,
+    PostureWrite,
     ReserveResult,
+    TeamPosture,
     TrialRecord,
     TrialSnapshot,
 )
@@ -67,11 +70,13 @@ class TrialStore(Protocol):
         ...
 
     async def resume_trial(
-        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
+        execution_site: str | None = None, prompt_retention: bool | None = None,
     ) -> tuple[TrialRecord | None, bool]:
         """Conditional: a trial in one of the ``paused`` statuses runs again, its status reason
-        cleared and ``started_by`` set (the resumer takes the trial on). Returns (record after,
-        changed); (None, False) for an unknown trial."""
+        cleared and ``started_by`` set (the resumer takes the trial on); ``execution_site`` and
+        ``prompt_retention``, when given, are pinned anew in the same update. Returns (record
+        after, changed); (None, False) for an unknown trial."""
         ...
 
     async def save_states(
@@ -135,6 +140,51 @@ class CaseLedger(Protocol):
         ...
 
 
+class PostureStore(Protocol):
+    """Teams' posture (DESIGN.md section 9): a stored row per team (retention, cut-over, a
+    revision counting its changes) and each gateway's content-uplink report per team, with
+    the time it was last heard. The store keeps the facts; the site is decided by
+    :func:`policies.posture.posture_site` and handed in, and a trial is paused exactly when
+    :func:`policies.posture.needs_pause` says so (the same comparison, in SQL)."""
+
+    async def get_posture(self, team: str) -> TeamPosture | None:
+        """The team's stored posture; None when none was ever stored or seeded."""
+        ...
+
+    async def seed_posture(self, team: str, *, prompt_retention: bool, cut_over: bool, now: float) -> bool:
+        """Store the posture at revision 1 only if the team has none; True if it was stored."""
+        ...
+
+    async def put_posture(
+        self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
+        site: str, now: float, by: str | None, reason: str,
+    ) -> PostureWrite:
+        """Set the team's posture and, in the same transaction, pause ``posture_changed`` (with
+        ``reason``) each running trial of the team whose pinned site is not ``site`` or whose
+        pinned retention is not ``prompt_retention``.
+
+        ``expected_revision``: None writes unconditionally; 0 writes only if the team has no
+        stored posture; n writes only if the stored revision is n. A mismatch writes nothing
+        and answers ``applied=False`` with the posture stored now. The same values as stored
+        keep the revision (an idempotent write); a change adds one."""
+        ...
+
+    async def report_uplink(self, team: str, gateway: str, *, content_uplink: bool, now: float) -> None:
+        """Record ``gateway``'s content-uplink setting for ``team``, heard at ``now``."""
+        ...
+
+    async def gateway_reports(self, team: str) -> list[GatewayReport]:
+        """Every gateway report of the team, by gateway name (stale ones too: the caller decides)."""
+        ...
+
+    async def pause_mismatched(
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+    ) -> list[str]:
+        """Pause ``posture_changed`` each running trial of ``team`` whose pinned site is not
+        ``site`` or whose pinned retention is not ``prompt_retention``; their ids."""
+        ...
+
+
 class FunnelStore(Protocol):
     async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Add funnel counts for outcomes that never claimed a case, keyed by (trial id, outcome)."""
@@ -188,7 +238,7 @@ class OutboxDelivery(Protocol):
         ...
 
 
-class Store(TrialStore, CaseLedger, FunnelStore, ReadModel, OutboxDelivery, Protocol):
+class Store(TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, Protocol):
     """Everything one process needs; opened and closed by the app's lifecycle.
 
     An instance is bound to the event loop that opened it: the engine opens

@@ -40,12 +40,15 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    GatewayReport,
     JudgmentRow,
     KeptState,
     LedgerEntry,
     LedgerKind,
     OutboxRecord,
+    PostureWrite,
     ReserveResult,
+    TeamPosture,
     TrialRecord,
     TrialSnapshot,
     ended_outcome,
@@ -180,13 +183,16 @@ class PostgresStore:
         return await self._tx(fn)
 
     async def resume_trial(
-        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
+        execution_site: str | None = None, prompt_retention: bool | None = None,
     ) -> tuple[TrialRecord | None, bool]:
         async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
             row = await conn.fetchrow(
-                "UPDATE trials SET status='running', status_reason=NULL, started_by=$2 "
+                "UPDATE trials SET status='running', status_reason=NULL, started_by=$2, "
+                "execution_site=COALESCE($4::text, execution_site), "
+                "prompt_retention=COALESCE($5::boolean, prompt_retention) "
                 "WHERE id=$1 AND status = ANY($3::text[]) RETURNING *",
-                trial_id, started_by, list(paused),
+                trial_id, started_by, list(paused), execution_site, prompt_retention,
             )
             if row is not None:
                 return _trial(row), True
@@ -216,6 +222,72 @@ class PostgresStore:
             return None if row is None else _trial(row)
 
         return await self._tx(fn)
+
+    # -- posture ---------------------------------------------------------------
+
+    async def get_posture(self, team: str) -> TeamPosture | None:
+        row = await self._open_pool().fetchrow("SELECT * FROM team_posture WHERE team=$1", team)
+        return None if row is None else _posture(row)
+
+    async def seed_posture(self, team: str, *, prompt_retention: bool, cut_over: bool, now: float) -> bool:
+        done = await self._open_pool().fetchval(
+            "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
+            "VALUES ($1, $2, $3, 1, $4, NULL) ON CONFLICT (team) DO NOTHING RETURNING 1",
+            team, prompt_retention, cut_over, now,
+        )
+        return done is not None
+
+    async def put_posture(
+        self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
+        site: str, now: float, by: str | None, reason: str,
+    ) -> PostureWrite:
+        """The posture row is created if missing, then locked (so two writers of one team take
+        turns and each compares the revision the other committed), then the trials are paused."""
+
+        async def fn(conn: Conn) -> PostureWrite:
+            created = await conn.fetchval(
+                "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
+                "SELECT $1, $2, $3, 1, $4, $5 WHERE $6::bigint IS NULL OR $6::bigint = 0 "
+                "ON CONFLICT (team) DO NOTHING RETURNING 1",
+                team, prompt_retention, cut_over, now, by, expected_revision,
+            )
+            row = await conn.fetchrow("SELECT * FROM team_posture WHERE team=$1 FOR UPDATE", team)
+            current = None if row is None else _posture(row)
+            if created is None and expected_revision is not None and expected_revision != (
+                0 if current is None else current.revision
+            ):
+                return PostureWrite(False, current)
+            if current is not None and (current.prompt_retention, current.cut_over) != (prompt_retention, cut_over):
+                row = await conn.fetchrow(
+                    "UPDATE team_posture SET prompt_retention=$2, cut_over=$3, revision=revision+1, updated_at=$4, "
+                    "updated_by=$5 WHERE team=$1 RETURNING *",
+                    team, prompt_retention, cut_over, now, by,
+                )
+                current = _posture(row)
+            paused = await _pause(conn, team, site, prompt_retention, reason)
+            return PostureWrite(True, current, tuple(paused))
+
+        return await self._tx(fn)
+
+    async def report_uplink(self, team: str, gateway: str, *, content_uplink: bool, now: float) -> None:
+        await self._open_pool().execute(
+            "INSERT INTO gateway_uplink (team, gateway, content_uplink, last_seen) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (team, gateway) DO UPDATE SET content_uplink=EXCLUDED.content_uplink, "
+            "last_seen=GREATEST(gateway_uplink.last_seen, EXCLUDED.last_seen)",
+            team, gateway, content_uplink, now,
+        )
+
+    async def gateway_reports(self, team: str) -> list[GatewayReport]:
+        rows = await self._open_pool().fetch(
+            "SELECT gateway, content_uplink, last_seen FROM gateway_uplink WHERE team=$1 ORDER BY gateway COLLATE \"C\"",
+            team,
+        )
+        return [GatewayReport(r["gateway"], r["content_uplink"], r["last_seen"]) for r in rows]
+
+    async def pause_mismatched(
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+    ) -> list[str]:
+        return await self._tx(lambda conn: _pause(conn, team, site, prompt_retention, reason))
 
     # -- cases -----------------------------------------------------------------
 
@@ -480,6 +552,30 @@ class PostgresStore:
 
     async def outbox_depth(self) -> int:
         return int(await self._open_pool().fetchval("SELECT COUNT(*) FROM outbox"))
+
+
+def _posture(row: Any) -> TeamPosture:
+    return TeamPosture(row["team"], row["prompt_retention"], row["cut_over"], row["revision"], row["updated_at"],
+                       row["updated_by"])
+
+
+async def _pause(conn: Conn, team: str, site: str, retention: bool, reason: str) -> list[str]:
+    """Pause the team's running trials pinned to another site or retention; their ids. The
+    rows are locked in ascending id first (the lock order of the module's docstring)."""
+    ids = [
+        r["id"]
+        for r in await conn.fetch(
+            "SELECT id FROM trials WHERE team=$1 AND status='running' AND (execution_site <> $2 OR prompt_retention <> $3) "
+            "ORDER BY id FOR UPDATE",
+            team, site, retention,
+        )
+    ]
+    if ids:
+        await conn.execute(
+            "UPDATE trials SET status='posture_changed', status_reason=$2 WHERE id = ANY($1::text[]) AND status='running'",
+            ids, reason,
+        )
+    return sorted(ids)
 
 
 async def _mark_indeterminate(conn: Conn, rows: Sequence[Any], now: float, reasons: Mapping[str, str]) -> None:

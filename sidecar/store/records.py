@@ -237,3 +237,34 @@ class TrialSnapshot:
     case_states: dict[str, int]
     judgments: list[JudgmentRow]
     paired: dict[str, float | int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayReport:
+    """What one gateway's sidecar last reported for a team: its content-uplink setting."""
+
+    gateway: str
+    content_uplink: bool
+    last_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class TeamPosture:
+    """A team's stored posture (DESIGN.md section 9); ``revision`` counts its changes from 1."""
+
+    team: str
+    prompt_retention: bool
+    cut_over: bool
+    revision: int
+    updated_at: float
+    updated_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PostureWrite:
+    """The answer of :meth:`~sidecar.store.base.PostureStore.put_posture`: whether it applied,
+    the posture stored after (None: none is), and the trials it paused ``posture_changed``."""
+
+    applied: bool
+    posture: TeamPosture | None
+    paused: tuple[str, ...] = ()

@@ -170,10 +170,25 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN started_by TEXT;
     """,
-    # 6: reserved for the posture tables (issue 11 item 1, built on another branch); this
-    # placeholder changes nothing and is replaced by that migration when the branches meet
+    # 6: teams' posture (DESIGN.md section 9): retention and cut-over per team, with a revision
+    # counting changes; each gateway's content-uplink report per team, with when it was last heard
     """
-    SELECT 1;
+    CREATE TABLE team_posture (
+        team TEXT PRIMARY KEY,
+        prompt_retention INTEGER NOT NULL,
+        cut_over INTEGER NOT NULL,
+        revision INTEGER NOT NULL,
+        updated_at REAL NOT NULL,
+        updated_by TEXT
+    );
+    CREATE TABLE gateway_uplink (
+        team TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        content_uplink INTEGER NOT NULL,
+        last_seen REAL NOT NULL,
+        PRIMARY KEY (team, gateway)
+    );
+    CREATE INDEX trials_team_status ON trials (team, status);
     """,
     # 7: the uplink's delivery leases: a claimed outbox record belongs to one process until
     # its lease ends, so a fleet's sidecars never send the same record at once

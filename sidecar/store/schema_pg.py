@@ -160,10 +160,23 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN started_by TEXT;
     """,
-    # 5: reserved for the posture tables (issue 11 item 1, another branch); a placeholder
-    # replaced by that migration when the branches meet
+    # 5: teams' posture, as in SQLite's migration 6
     """
-    SELECT 1;
+    CREATE TABLE team_posture (
+        team TEXT PRIMARY KEY,
+        prompt_retention BOOLEAN NOT NULL,
+        cut_over BOOLEAN NOT NULL,
+        revision BIGINT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        updated_by TEXT
+    );
+    CREATE TABLE gateway_uplink (
+        team TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        content_uplink BOOLEAN NOT NULL,
+        last_seen DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (team, gateway)
+    );
     """,
     # 6: the uplink's delivery leases, as in SQLite's migration 7 (claimed with SKIP LOCKED)
     """

@@ -23,12 +23,15 @@ from sidecar.store.records import (
     ended_outcome,
     CaseStart,
     ClaimOutcome,
+    GatewayReport,
     JudgmentRow,
     KeptState,
     LedgerEntry,
     LedgerKind,
     OutboxRecord,
+    PostureWrite,
     ReserveResult,
+    TeamPosture,
     TrialRecord,
     TrialSnapshot,
 )
@@ -180,13 +183,17 @@ class SQLiteStore:
         return await self._write(fn)
 
     async def resume_trial(
-        self, trial_id: str, *, paused: Sequence[str], started_by: str | None
+        self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
+        execution_site: str | None = None, prompt_retention: bool | None = None,
     ) -> tuple[TrialRecord | None, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
             marks = ", ".join("?" for _ in paused) or "NULL"
             cur = conn.execute(
-                f"UPDATE trials SET status='running', status_reason=NULL, started_by=? WHERE id=? AND status IN ({marks})",
-                (started_by, trial_id, *paused),
+                "UPDATE trials SET status='running', status_reason=NULL, started_by=?, "
+                "execution_site=COALESCE(?, execution_site), prompt_retention=COALESCE(?, prompt_retention) "
+                f"WHERE id=? AND status IN ({marks})",
+                (started_by, execution_site, None if prompt_retention is None else int(prompt_retention),
+                 trial_id, *paused),
             )
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
             return (None if row is None else _trial(row)), cur.rowcount == 1
@@ -210,6 +217,71 @@ class SQLiteStore:
             return None if row is None else _trial(row)
 
         return await self._write(fn)
+
+    # -- posture ---------------------------------------------------------------
+
+    async def get_posture(self, team: str) -> TeamPosture | None:
+        return await self._run(lambda conn: _posture(conn, team))
+
+    async def seed_posture(self, team: str, *, prompt_retention: bool, cut_over: bool, now: float) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
+                "VALUES (?,?,?,1,?,NULL) ON CONFLICT (team) DO NOTHING",
+                (team, int(prompt_retention), int(cut_over), now),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def put_posture(
+        self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
+        site: str, now: float, by: str | None, reason: str,
+    ) -> PostureWrite:
+        def fn(conn: sqlite3.Connection) -> PostureWrite:
+            current = _posture(conn, team)
+            if expected_revision is not None and expected_revision != (0 if current is None else current.revision):
+                return PostureWrite(False, current)
+            if current is None:
+                conn.execute(
+                    "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
+                    "VALUES (?,?,?,1,?,?)",
+                    (team, int(prompt_retention), int(cut_over), now, by),
+                )
+            elif (current.prompt_retention, current.cut_over) != (prompt_retention, cut_over):
+                conn.execute(
+                    "UPDATE team_posture SET prompt_retention=?, cut_over=?, revision=revision+1, updated_at=?, "
+                    "updated_by=? WHERE team=?",
+                    (int(prompt_retention), int(cut_over), now, by, team),
+                )
+            paused = _pause(conn, team, site, prompt_retention, reason)
+            return PostureWrite(True, _posture(conn, team), tuple(paused))
+
+        return await self._write(fn)
+
+    async def report_uplink(self, team: str, gateway: str, *, content_uplink: bool, now: float) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "INSERT INTO gateway_uplink (team, gateway, content_uplink, last_seen) VALUES (?,?,?,?) "
+                "ON CONFLICT (team, gateway) DO UPDATE SET content_uplink=excluded.content_uplink, "
+                "last_seen=MAX(last_seen, excluded.last_seen)",
+                (team, gateway, int(content_uplink), now),
+            )
+        )
+
+    async def gateway_reports(self, team: str) -> list[GatewayReport]:
+        def fn(conn: sqlite3.Connection) -> list[GatewayReport]:
+            rows = conn.execute(
+                "SELECT gateway, content_uplink, last_seen FROM gateway_uplink WHERE team=? ORDER BY gateway", (team,)
+            )
+            return [GatewayReport(r["gateway"], bool(r["content_uplink"]), r["last_seen"]) for r in rows]
+
+        return await self._run(fn)
+
+    async def pause_mismatched(
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+    ) -> list[str]:
+        return await self._write(lambda conn: _pause(conn, team, site, prompt_retention, reason))
 
     # -- cases -----------------------------------------------------------------
 
@@ -542,6 +614,24 @@ def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float,
         conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
         _bump(conn, r["trial_id"], "indeterminate", 1)
     return [r["id"] for r in rows]
+
+
+def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:
+    r = conn.execute("SELECT * FROM team_posture WHERE team=?", (team,)).fetchone()
+    if r is None:
+        return None
+    return TeamPosture(r["team"], bool(r["prompt_retention"]), bool(r["cut_over"]), r["revision"], r["updated_at"],
+                       r["updated_by"])
+
+
+def _pause(conn: sqlite3.Connection, team: str, site: str, retention: bool, reason: str) -> list[str]:
+    """Pause the team's running trials pinned to another site or retention; their ids."""
+    rows = conn.execute(
+        "UPDATE trials SET status='posture_changed', status_reason=? WHERE team=? AND status='running' "
+        "AND (execution_site != ? OR prompt_retention != ?) RETURNING id",
+        (reason, team, site, int(retention)),
+    ).fetchall()
+    return sorted(r["id"] for r in rows)
 
 
 def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:

@@ -1,0 +1,212 @@
+"""The posture service: a team's posture as a principal may read and set it
+(``GET``/``PUT /v1/teams/{team}/posture``), and the posture a new or resumed trial is
+pinned to (docs/posture.md).
+
+Rights. Reading needs a role on the team (any reader or writer role of
+:mod:`policies.roles`); a team the principal does not see is ``404 not_found`` with
+the message an unknown team gets. Setting needs ``tenant_admin`` on the team or
+``platform_admin`` (:func:`policies.posture.may_set_posture`); another role on the team
+is ``403 forbidden``.
+
+Effective posture. The store's row when there is one; otherwise the ``[teams.NAME]``
+config (retention; never cut over), which the runtime also stores at start
+(:meth:`PostureService.seed`). Gateways count while their last report is younger than
+``[uplink] stale_seconds``.
+
+Writes. ``PUT`` replaces retention and cut-over; with ``If-Match: "<revision>"`` it
+applies only over that revision (``412 revision_mismatch`` otherwise; ``"0"``: only if
+none is stored). The same values again are a no-op keeping the revision (idempotent).
+In the store's same transaction, every running trial of the team pinned to another
+site or retention is paused ``posture_changed``; the answer lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import msgspec
+
+from policies.posture import live_uplink, may_set_posture, posture_site, retention_features
+from policies.roles import Principal
+from policies.site import Site
+from sidecar.errors import ApiError, BadRequest, Forbidden
+from sidecar.ingest.wire import split_path
+from sidecar.runtime import Runtime
+from sidecar.services.access import require
+from sidecar.services.posture_report import pause_reason, reports_of
+from sidecar.store.records import GatewayReport
+from sidecar.trials import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
+
+log = logging.getLogger("shadowtrial.posture")
+
+IF_MATCH = "If-Match"
+_REVISION = re.compile(r'^(?:W/)?"?([0-9]{1,18})"?$')
+
+
+class PreconditionFailed(ApiError):
+    status = 412
+    code = "revision_mismatch"
+
+
+class PostureIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The body of ``PUT /v1/teams/{team}/posture``: the whole settable posture. Content
+    uplink is not here: each gateway's sidecar reports its own (``[uplink] content``)."""
+
+    prompt_retention: bool
+    cut_over: bool
+
+
+_decoder = msgspec.json.Decoder(PostureIn)
+
+
+def decode_posture(body: bytes) -> PostureIn:
+    """Decode a posture body; :class:`BadRequest` names the first bad field's JSON path."""
+    try:
+        return _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        message, path = split_path(str(exc))
+        raise BadRequest(message, field=path) from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from exc
+
+
+def check_team(team: str) -> str:
+    """The path's team name, or :class:`BadRequest` naming ``team``."""
+    if not (1 <= len(team) <= MAX_NAME_CHARS and re.search(NAME_PATTERN, team)):
+        raise BadRequest(f"team must be {NAME_RULE}", field="team")
+    return team
+
+
+def check_if_match(values: Sequence[str]) -> int | None:
+    """The revision an ``If-Match`` header asks for (``"3"``, ``3`` or ``W/"3"``), or None
+    without one; :class:`BadRequest` naming the header otherwise."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"send one {IF_MATCH} header, not {len(values)}", field=IF_MATCH)
+    match = _REVISION.match(values[0].strip())
+    if match is None:
+        raise BadRequest(f'{IF_MATCH} must be a posture revision such as "3" (the ETag of a GET)', field=IF_MATCH)
+    return int(match.group(1))
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A team's effective posture now, and the site it puts a new trial at."""
+
+    team: str
+    prompt_retention: bool
+    cut_over: bool
+    revision: int
+    stored: bool
+    updated_at: float | None
+    updated_by: str | None
+    reports: tuple[GatewayReport, ...]
+    site: Site
+    now: float
+
+
+async def current_posture(rt: Runtime, team: str) -> Current:
+    """The team's effective posture (stored, else seeded from config) and its site now."""
+    stored = await rt.store.get_posture(team)
+    reports = tuple(await rt.store.gateway_reports(team))
+    now = rt.clock()
+    if stored is None:
+        retention, cut_over = rt.prompt_retention(team), False
+    else:
+        retention, cut_over = stored.prompt_retention, stored.cut_over
+    site = posture_site(
+        reports_of(reports), prompt_retention=retention, cut_over=cut_over, now=now,
+        stale_after_s=rt.config.uplink.stale_seconds,
+    )
+    return Current(
+        team=team, prompt_retention=retention, cut_over=cut_over,
+        revision=0 if stored is None else stored.revision, stored=stored is not None,
+        updated_at=None if stored is None else stored.updated_at, updated_by=None if stored is None else stored.updated_by,
+        reports=reports, site=site, now=now,
+    )
+
+
+def view(current: Current, stale_after_s: float) -> dict[str, Any]:
+    """The JSON answer of the posture routes."""
+    live = live_uplink(reports_of(current.reports), now=current.now, stale_after_s=stale_after_s)
+    return {
+        "team": current.team,
+        "prompt_retention": current.prompt_retention,
+        "cut_over": current.cut_over,
+        "revision": current.revision,
+        "stored": current.stored,
+        "updated_at": current.updated_at,
+        "updated_by": current.updated_by,
+        "gateways": [
+            {"gateway": r.gateway, "content_uplink": r.content_uplink, "last_seen": r.last_seen,
+             "live": r.gateway in live}
+            for r in current.reports
+        ],
+        "stale_after_seconds": stale_after_s,
+        "execution_site": current.site,
+        "features": {
+            name: {"available": a.available, "reason": a.reason}
+            for name, a in retention_features(current.prompt_retention).items()
+        },
+    }
+
+
+def _missing(team: str) -> str:
+    return f"no team {team!r}"
+
+
+class PostureService:
+    """Teams' posture as a principal may see and change it, over one runtime's store.
+
+    Raises :class:`~sidecar.errors.ApiError` subclasses for refusals only; store failures
+    propagate to the admin API's guard (``503 store_unavailable``)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    async def get(self, principal: Principal, team: str) -> dict[str, Any]:
+        require(principal, team, "read", not_found=_missing(team), forbidden=_missing(team))
+        return view(await current_posture(self._rt, team), self._rt.config.uplink.stale_seconds)
+
+    async def put(
+        self, principal: Principal, team: str, body: PostureIn, expected_revision: int | None
+    ) -> dict[str, Any]:
+        """Set the team's posture; pause what it moves (see the module's docs). The answer is
+        the posture's view with ``paused_trials``."""
+        require(principal, team, "read", not_found=_missing(team), forbidden=_missing(team))
+        if not may_set_posture(principal, team):
+            raise Forbidden(f"setting team {team!r}'s posture needs tenant_admin on the team or platform_admin")
+        rt = self._rt
+        now = rt.clock()
+        reports = await rt.store.gateway_reports(team)
+        site = posture_site(
+            reports_of(reports), prompt_retention=body.prompt_retention, cut_over=body.cut_over, now=now,
+            stale_after_s=rt.config.uplink.stale_seconds,
+        )
+        written = await rt.store.put_posture(
+            team, prompt_retention=body.prompt_retention, cut_over=body.cut_over,
+            expected_revision=expected_revision, site=site, now=now, by=principal.subject,
+            reason=pause_reason(site, body.prompt_retention),
+        )
+        if not written.applied:
+            have = 0 if written.posture is None else written.posture.revision
+            raise PreconditionFailed(
+                f"team {team!r}'s posture is at revision {have}, not {expected_revision}; read it again", field=IF_MATCH
+            )
+        for trial_id in written.paused:
+            rt.routing.remove(trial_id)
+        if written.paused:
+            log.warning("team posture change paused %d trial(s) posture_changed", len(written.paused))
+        answer = view(await current_posture(rt, team), rt.config.uplink.stale_seconds)
+        answer["paused_trials"] = list(written.paused)
+        return answer
+
+    async def seed(self) -> None:
+        """Store each ``[teams.NAME]`` posture the store has none of (at start)."""
+        rt = self._rt
+        for team, cfg in sorted(rt.config.teams.items()):
+            await rt.store.seed_posture(team, prompt_retention=cfg.prompt_retention, cut_over=False, now=rt.clock())
