@@ -1,6 +1,6 @@
 """Benchmark: delivery throughput from a sidecar's outbox to the reference collector, on loopback.
 
-    .venv/bin/python bench/uplink.py [--records 20000] [--batch-size 500]
+    .venv/bin/python bench/uplink_throughput.py [--records 20000] [--batch-size 500]
 
 The collector runs as ``shadowtrial collector`` in a process of its own
 (SQLite, its own temp directory). Two phases, in the same run:
