@@ -30,6 +30,7 @@ def rt_for(rate, full, journal):
     h = Handoff(10000)
     if full: h.offer_many([object()] * 10000)
     rt.sinks = {"local": h}; rt.journal = journal; rt.funnel = FunnelCounter(); rt.counters = Counter()
+    rt.outbox_full = False
     return rt
 def bench(rt):
     best = 1e9
