@@ -78,6 +78,8 @@ class Runtime:
         #: The uplink's outbox holds ``uplink.max_outbox_records``: the tap samples no new case
         #: (``shed_outbox_full``) until delivery makes room. Set by :meth:`_outbox_loop`.
         self.outbox_full = False
+        #: The outbox's depth at the last reading (``/metrics``).
+        self.outbox_depth = 0
         self.telemetry = telemetry if telemetry is not None else Telemetry.start(config.telemetry, process="sidecar")
         self._own_telemetry = telemetry is None
         #: The fleet's spend as last read for the OTLP gauges (the Prometheus endpoint reads its own).
@@ -233,7 +235,8 @@ class Runtime:
 
     async def watch_outbox(self) -> None:
         """Read the outbox's depth against its bound (one count query; the tap never waits on it)."""
-        self.outbox_full = await self.store.outbox_depth() >= self.config.uplink.max_outbox_records
+        self.outbox_depth = await self.store.outbox_depth()
+        self.outbox_full = self.outbox_depth >= self.config.uplink.max_outbox_records
 
     async def _outbox_loop(self) -> None:
         while True:
@@ -258,7 +261,9 @@ class Runtime:
         return combined(self._tap_readings(), engine_part(self.engine), spend_part(spend))
 
     def _tap_readings(self) -> dict[str, float]:
-        return tap_part(self.counters, self.funnel.tally, self.handoff, len(self.routing.current), self.plugin_stats)
+        delivered = self.delivery.stats.records_deleted if self.delivery is not None else 0
+        return tap_part(self.counters, self.funnel.tally, self.handoff, len(self.routing.current), self.plugin_stats,
+                        outbox_depth=self.outbox_depth, outbox_delivered=delivered)
 
     def _own_readings(self) -> dict[str, float]:
         """What this process exports over OTLP (on the reader's thread): an engine in its own

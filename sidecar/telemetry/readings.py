@@ -68,7 +68,8 @@ class _PluginDrops(Protocol):
 
 
 def tap_part(
-    counters: Mapping[str, int], funnel: Tally, queue: _Queue, running_trials: int, plugins: _PluginDrops
+    counters: Mapping[str, int], funnel: Tally, queue: _Queue, running_trials: int, plugins: _PluginDrops,
+    *, outbox_depth: int = 0, outbox_delivered: int = 0,
 ) -> dict[str, float]:
     out: dict[str, float] = {key: counters.get(key, 0) for key in TAP_COUNTER_KEYS}
     totals = plugins.totals()
@@ -78,6 +79,8 @@ def tap_part(
     out.update(funnel.snapshot())
     out["queue_depth"] = queue.depth
     out["running_trials"] = running_trials
+    out["outbox_depth"] = outbox_depth
+    out["outbox_delivered"] = outbox_delivered
     return out
 
 

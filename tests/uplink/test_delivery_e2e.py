@@ -134,6 +134,10 @@ async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tm
             outcomes = view["funnel"]["outcomes"]
             assert outcomes["shed_outbox_full"] == 8 and sum(outcomes.values()) == view["funnel"]["total"] == 20
             assert await h.runtime.store.outbox_depth() == 12, "no recorded result is dropped"
+            assert h.admin is not None
+            scrape = (await h.admin.get("/metrics")).text.splitlines()
+            assert "shadowtrial_uplink_outbox_depth 12" in scrape
+            assert 'shadowtrial_cases_shed_total{reason="outbox_full"} 8' in scrape
 
             collector = kit.collector(port=port)  # back: the 12 records drain, sampling resumes
             await collector.start()
@@ -145,5 +149,7 @@ async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tm
             await _all_delivered(h, kit, t["id"])
             held = [rid for rid, _ in kit.held()]
             assert len(held) == len(set(held)) == 16  # 12 + 4 run cases; the 8 shed were never run
+            scrape = (await h.admin.get("/metrics")).text.splitlines()
+            assert "shadowtrial_uplink_records_delivered_total 16" in scrape
     finally:
         await collector.stop()
