@@ -462,16 +462,24 @@ def _auth_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from sidecar.collector_server import serve_collector
+def _config(args: argparse.Namespace, env: Mapping[str, str]) -> Config | None:
+    """Logging set up, then the config ``serve`` and ``collector`` run on (None: refused, said in one line)."""
     from sidecar.config import load_config
-    from sidecar.errors import StartupError
 
     configure_logging(args.log_level)
     try:
-        config = load_config(args.config or env.get("SHADOWTRIAL_CONFIG"), env)
+        return load_config(args.config or env.get("SHADOWTRIAL_CONFIG"), env)
     except ConfigError as exc:
         print(f"shadowtrial: config: {exc}", file=sys.stderr)
+        return None
+
+
+def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from sidecar.collector_server import serve_collector
+    from sidecar.errors import StartupError
+
+    config = _config(args, env)
+    if config is None:
         return 2
     try:
         asyncio.run(serve_collector(config.collector))
@@ -486,13 +494,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = _parser().parse_args(argv)
     if args.command == "serve":
         from sidecar.app import serve
-        from sidecar.config import load_config
 
-        configure_logging(args.log_level)
-        try:
-            config = load_config(args.config or env.get("SHADOWTRIAL_CONFIG"), env)
-        except ConfigError as exc:
-            print(f"shadowtrial: config: {exc}", file=sys.stderr)
+        config = _config(args, env)
+        if config is None:
             return 2
         try:
             asyncio.run(serve(config))
