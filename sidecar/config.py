@@ -448,6 +448,8 @@ class UplinkConfig(_Section, frozen=True):
     backoff_base_seconds: Seconds = 0.2
     backoff_cap_seconds: Seconds = 30.0
     idle_poll_seconds: Seconds = 0.2
+    #: How often trials are read for changed states to send (``trial_state`` records).
+    state_interval_seconds: Seconds = 5.0
 
     @property
     def enabled(self) -> bool:

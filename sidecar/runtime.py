@@ -48,6 +48,7 @@ from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_pa
 from sidecar.trials import TrialDefaults
 from sidecar.uplink_delivery import open_delivery
 from sidecar.uplink_hook import uplink_case_result
+from sidecar.uplink_states import StatePublisher
 from uplink.delivery import Delivery
 
 log = logging.getLogger("shadowtrial")
@@ -78,6 +79,8 @@ class Runtime:
         #: The uplink's outbox holds ``uplink.max_outbox_records``: the tap samples no new case
         #: (``shed_outbox_full``) until delivery makes room. Set by :meth:`_outbox_loop`.
         self.outbox_full = False
+        #: Writes the ``trial_state`` records (``[uplink]`` set).
+        self.states: StatePublisher | None = None
         #: The outbox's depth at the last reading (``/metrics``).
         self.outbox_depth = 0
         self.telemetry = telemetry if telemetry is not None else Telemetry.start(config.telemetry, process="sidecar")
@@ -161,6 +164,9 @@ class Runtime:
             await self.delivery.start()
             await self.watch_outbox()
             self._chores.append(asyncio.create_task(self._outbox_loop(), name="shadowtrial-outbox-bound"))
+            self.states = StatePublisher(self.store)
+            self._chores.append(asyncio.create_task(
+                self.states.run(self.config.uplink.state_interval_seconds), name="shadowtrial-trial-states"))
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
             self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
@@ -175,6 +181,11 @@ class Runtime:
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)
+        if self.states is not None:  # the states the engine's last cases left, for the next life to send
+            try:
+                await self.states.publish()
+            except Exception:
+                log.exception("the last trial states could not be written to the outbox")
         if self.delivery is not None:  # what it has not sent stays in the outbox for the next life
             await self.delivery.stop()
             self.delivery = None

@@ -124,6 +124,10 @@ class TrialState(_Record, frozen=True, tag="trial_state"):
     unknown_calls: int = 0
     gateway: str | None = None
     route: str | None = None
+    #: The reported 95% bootstrap interval of the win rate (None below 20 scored cases).
+    bootstrap: Interval | None = None
+    #: The cases the verdict rests on (scored cases).
+    cases: int = 0
 
 
 class AlertRecord(_Record, frozen=True, tag="alert"):

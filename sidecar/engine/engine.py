@@ -92,6 +92,8 @@ class EngineSettings:
     content_uplink: bool = False
     posture_teams: tuple[tuple[str, bool], ...] = ()
     uplink_stale_seconds: float = 300.0
+    #: Write the uplink's ``case_result`` of each case recovery finishes (``[uplink]`` set).
+    report_recovered: bool = False
 
 
 #: How often pending funnel counts are written to the store.
@@ -212,7 +214,7 @@ class Engine:
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
         await self._seed_posture()
         await self._report_uplink()
-        self.recovered = await self._store.recover_expired(self.clock())
+        self.recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered)
         self.telemetry.tally.outcome("indeterminate", len(self.recovered))
         if self.recovered:
             log.warning("marked %d case(s) of a stopped process indeterminate; none is re-run", len(self.recovered))
@@ -250,7 +252,7 @@ class Engine:
         store = self._store
         if store is not None:
             try:
-                retired = await store.retire(self.owner, self.clock())
+                retired = await store.retire(self.owner, self.clock(), report=self.settings.report_recovered)
                 self.telemetry.tally.outcome("indeterminate", len(retired))
                 if retired:
                     log.warning("%d case(s) in flight at shutdown marked indeterminate; none is re-run", len(retired))
@@ -457,7 +459,7 @@ class Engine:
 
     async def _sweep(self) -> None:
         assert self._store is not None
-        recovered = await self._store.recover_expired(self.clock())
+        recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered)
         self.telemetry.tally.outcome("indeterminate", len(recovered))
         if recovered:
             log.warning("marked %d case(s) of an expired peer indeterminate; none is re-run", len(recovered))

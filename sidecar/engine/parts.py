@@ -78,4 +78,5 @@ def engine_settings(config: Config, *, flush_funnel: bool = False) -> EngineSett
         content_uplink=config.uplink.content,
         posture_teams=tuple((team, t.prompt_retention) for team, t in sorted(config.teams.items())),
         uplink_stale_seconds=config.uplink.stale_seconds,
+        report_recovered=config.uplink.enabled,
     )

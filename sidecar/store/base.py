@@ -129,14 +129,17 @@ class CaseLedger(Protocol):
         """Create or renew ``owner``'s lease until ``now + lease_s``."""
         ...
 
-    async def recover_expired(self, now: float) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
         """Mark ``indeterminate`` the unfinished cases of every owner whose lease
-        ended before ``now``; forget those owners. Returns the case ids."""
+        ended before ``now``; forget those owners. Returns the case ids. ``report``:
+        write each one's ``case_result`` outbox record (:mod:`sidecar.store.reports`)
+        in the same transaction, as the post-finish hook does for a finished case."""
         ...
 
-    async def retire(self, owner: str, now: float) -> list[str]:
+    async def retire(self, owner: str, now: float, *, report: bool = False) -> list[str]:
         """An orderly stop: mark ``owner``'s unfinished cases ``indeterminate`` at
-        once (no lease wait) and end its lease. Returns the case ids."""
+        once (no lease wait) and end its lease. Returns the case ids. ``report``: as
+        for :meth:`recover_expired`."""
         ...
 
 
@@ -227,6 +230,10 @@ class OutboxDelivery(Protocol):
     async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
         """Up to ``limit`` records, oldest first, not under another owner's live lease,
         leased to ``owner`` until ``now + lease_s``: ``(record_id, body)``."""
+        ...
+
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
+        """Add records to the outbox in one transaction; an id already there keeps its first copy."""
         ...
 
     async def delete_outbox(self, record_ids: Sequence[str]) -> int:

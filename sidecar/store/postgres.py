@@ -36,6 +36,7 @@ import asyncpg
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
+from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
     CaseStart,
@@ -407,12 +408,7 @@ class PostgresStore:
                         for j in finish.judgments
                     ],
                 )
-            if finish.effects:
-                await conn.executemany(
-                    "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
-                    "ON CONFLICT (record_id) DO NOTHING",
-                    [(e.record_id, e.topic, e.body, finish.finished_at) for e in finish.effects],
-                )
+            await _put_outbox(conn, finish.effects, finish.finished_at)
             await _bump(conn, {(finish.trial_id, finish.outcome): 1})
             return True
 
@@ -429,7 +425,7 @@ class PostgresStore:
             owner, now + lease_s, now,
         )
 
-    async def recover_expired(self, now: float) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
         """Owners whose lease ended before ``now``, and cases whose owner has no
         lease row at all (or none recorded), are recovered; rows another sweeper
         or a live transaction holds are skipped."""
@@ -455,11 +451,13 @@ class PostgresStore:
             await _mark_indeterminate(conn, rows, now, reasons)
             if gone:
                 await conn.execute("DELETE FROM owners WHERE owner = ANY($1::text[])", gone)
+            if report:
+                await _report(conn, [r["id"] for r in rows], now)
             return [r["id"] for r in rows]
 
         return await self._tx(fn)
 
-    async def retire(self, owner: str, now: float) -> list[str]:
+    async def retire(self, owner: str, now: float, *, report: bool = False) -> list[str]:
         async def fn(conn: Conn) -> list[str]:
             # The owner row first: the lock order every method keeps (owners → cases → trials).
             await conn.execute("DELETE FROM owners WHERE owner=$1", owner)
@@ -469,6 +467,8 @@ class PostgresStore:
                 owner,
             )
             await _mark_indeterminate(conn, rows, now, {r["id"]: "in flight when the process stopped" for r in rows})
+            if report:
+                await _report(conn, [r["id"] for r in rows], now)
             return [r["id"] for r in rows]
 
         return await self._tx(fn)
@@ -550,8 +550,34 @@ class PostgresStore:
         result = await self._open_pool().execute("DELETE FROM outbox WHERE record_id = ANY($1::text[])", list(record_ids))
         return int(result.split()[-1])
 
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
+        async def fn(conn: Conn) -> None:
+            await _put_outbox(conn, records, now)
+
+        await self._tx(fn)
+
     async def outbox_depth(self) -> int:
         return int(await self._open_pool().fetchval("SELECT COUNT(*) FROM outbox"))
+
+
+async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
+    """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
+    if not case_ids:
+        return
+    rows = await conn.fetch(
+        f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id WHERE c.id = ANY($1::text[])",
+        list(case_ids),
+    )
+    await _put_outbox(conn, [reports.indeterminate_record(r) for r in rows], now)
+
+
+async def _put_outbox(conn: Conn, records: Sequence[OutboxRecord], now: float) -> None:
+    if records:
+        await conn.executemany(
+            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (record_id) DO NOTHING",
+            [(e.record_id, e.topic, e.body, now) for e in records],
+        )
 
 
 def _posture(row: Any) -> TeamPosture:

@@ -92,6 +92,10 @@ class TrialRecord:
     #: Who started the trial: the subject (a token's ``sub``) of the principal that created it.
     #: None for trials created before it was recorded.
     started_by: str | None = None
+    #: Raised by the store on every change of the trial's row (status, spend, kept statistics):
+    #: with the funnel's total, it orders the uplink's ``trial_state`` records. Not part of a
+    #: record's equality: two reads of the same facts compare equal whatever the count.
+    state_revision: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,4 +196,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
     ALTER TABLE outbox ADD COLUMN lease_until REAL;
     """,
+    # 8: a trial's state revision, raised by every change of its row (status, spend, kept
+    # statistics) so the uplink's trial_state records are ordered without touching each UPDATE
+    """
+    ALTER TABLE trials ADD COLUMN state_revision INTEGER NOT NULL DEFAULT 0;
+    CREATE TRIGGER trials_state_revision AFTER UPDATE ON trials
+    WHEN NEW.state_revision = OLD.state_revision
+    BEGIN
+        UPDATE trials SET state_revision = OLD.state_revision + 1 WHERE id = NEW.id;
+    END;
+    """,
 )

@@ -182,6 +182,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE outbox ADD COLUMN claimed_by TEXT, ADD COLUMN lease_until DOUBLE PRECISION;
     """,
+    # 7: a trial's state revision, as in SQLite's migration 8
+    """
+    ALTER TABLE trials ADD COLUMN state_revision BIGINT NOT NULL DEFAULT 0;
+    CREATE FUNCTION shadowtrial_trials_state_revision() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.state_revision := OLD.state_revision + 1;
+        RETURN NEW;
+    END
+    $$;
+    CREATE TRIGGER trials_state_revision BEFORE UPDATE ON trials
+    FOR EACH ROW EXECUTE FUNCTION shadowtrial_trials_state_revision();
+    """,
 )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
+from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
     ended_outcome,
@@ -407,10 +408,7 @@ class SQLiteStore:
                     for j in finish.judgments
                 ],
             )
-            conn.executemany(
-                "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-                [(e.record_id, e.topic, e.body, finish.finished_at) for e in finish.effects],
-            )
+            _put_outbox(conn, finish.effects, finish.finished_at)
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
 
@@ -435,7 +433,7 @@ class SQLiteStore:
             )
         )
 
-    async def recover_expired(self, now: float) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
             gone = [r["owner"] for r in conn.execute("SELECT owner FROM owners WHERE lease_until < ?", (now,))]
             recovered: list[str] = []
@@ -449,14 +447,18 @@ class SQLiteStore:
             ).fetchall()
             for r in orphans:
                 recovered += _mark_indeterminate(conn, r["owner"] or None, now, "its owner is gone")
+            if report:
+                _report(conn, recovered, now)
             return recovered
 
         return await self._write(fn)
 
-    async def retire(self, owner: str, now: float) -> list[str]:
+    async def retire(self, owner: str, now: float, *, report: bool = False) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
             ids = _mark_indeterminate(conn, owner, now, "in flight when the process stopped")
             conn.execute("DELETE FROM owners WHERE owner=?", (owner,))
+            if report:
+                _report(conn, ids, now)
             return ids
 
         return await self._write(fn)
@@ -560,6 +562,9 @@ class SQLiteStore:
 
         return await self._write(fn)
 
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
+        await self._write(lambda conn: _put_outbox(conn, records, now))
+
     async def outbox_depth(self) -> int:
         def fn(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
@@ -614,6 +619,24 @@ def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float,
         conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
         _bump(conn, r["trial_id"], "indeterminate", 1)
     return [r["id"] for r in rows]
+
+
+def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> None:
+    """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
+    for start in range(0, len(case_ids), 500):
+        chunk = list(case_ids[start:start + 500])
+        rows = conn.execute(
+            f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id "
+            f"WHERE c.id IN ({', '.join('?' for _ in chunk)})", chunk,
+        ).fetchall()
+        _put_outbox(conn, [reports.indeterminate_record(r) for r in rows], now)
+
+
+def _put_outbox(conn: sqlite3.Connection, records: Sequence[OutboxRecord], now: float) -> None:
+    conn.executemany(
+        "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+        [(e.record_id, e.topic, e.body, now) for e in records],
+    )
 
 
 def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:

@@ -70,6 +70,7 @@ class UplinkKit:
             "collector_url": url, "sidecar_id": "gw-1/sidecar-test", "private_key_file": str(self.private),
             "key_id": KID, "audience": AUDIENCE, "issuer": ISSUER, "backoff_base_seconds": 0.05,
             "backoff_cap_seconds": 0.5, "idle_poll_seconds": 0.05, "timeout_seconds": 5.0,
+            "state_interval_seconds": 0.1,
         }
         values.update(over)
         lines = [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import httpx
 
 from tests.harness import Harness, exchange, wait_for
 from tests.uplink.kit import UplinkKit
@@ -76,7 +77,7 @@ async def test_collector_down_then_back_loses_and_duplicates_nothing(tmp_path: P
 
                 await wait_for(failed_again, what="another failed send while the collector is down")
             await h.settle(t["id"], 80)
-            waiting = await h.runtime.store.outbox_depth()
+            waiting = len([r for r in await h.runtime.store.outbox(limit=10_000) if r.topic == "case_result"])
             assert waiting == 60, "every result made while the collector was down waits in the outbox"
             collector = kit.collector(port=port)  # back, on the same port and database
             await collector.start()
@@ -110,6 +111,10 @@ async def test_a_content_free_teams_canaries_never_reach_the_collector(tmp_path:
     assert all(canary.encode() not in body for body in kit.bodies), "a request body carried a canary"
     files = b"".join(p.read_bytes() for p in tmp_path.glob("collector.db*"))
     assert canary.encode() not in files and b"question" not in files and b"answer" not in files
+    # Retention off: the sidecar's own files (its store, WAL, journal, logs) hold no canary either.
+    own = [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.startswith("collector.db")]
+    assert any(p.name.startswith("trials.db") for p in own), [p.name for p in own]
+    assert not [p.name for p in own if canary.encode() in p.read_bytes()]
 
 
 async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tmp_path: Path) -> None:
@@ -122,7 +127,7 @@ async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tm
     port = collector.port
     await collector.stop()  # down from the start: every record waits
     try:
-        async with Harness(tmp_path, extra=kit.uplink_toml(collector.url, max_outbox_records=10)) as h:
+        async with Harness(tmp_path, extra=kit.uplink_toml(collector.url, max_outbox_records=10, state_interval_seconds=3600.0)) as h:
             t = await h.create_trial()
             await h.send([exchange(i) for i in range(12)])  # sampled before the bound is read: all run
             await h.settle(t["id"], 12)
@@ -153,3 +158,41 @@ async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tm
             assert "shadowtrial_uplink_records_delivered_total 16" in scrape
     finally:
         await collector.stop()
+
+
+async def test_the_collector_shows_each_trials_latest_state_and_verdict(tmp_path: Path) -> None:
+    """``trial_state`` records: the collector's ``GET /v1/trials`` shows what the sidecar's own
+    view shows (status, worded verdict, funnel, spend), and follows a stop."""
+    kit = UplinkKit(tmp_path)
+    async with kit.collector() as c:
+        async with Harness(tmp_path, extra=kit.uplink_toml(c.url)) as h:
+            t = await h.create_trial()
+            await h.send([exchange(i) for i in range(40)])
+            await h.settle(t["id"], 40)
+            assert h.admin is not None
+
+            async def shown(status: str) -> dict[str, Any] | None:
+                view = (await h.admin.get(f"/v1/trials/{t['id']}")).json()
+                async with httpx.AsyncClient() as client:
+                    trials = (await client.get(f"{c.url}/v1/trials")).json()["trials"]
+                state = next((x["state"] for x in trials if x["trial_id"] == t["id"]), None)
+                if state is None or state["status"] != status or state["funnel"] != {k: n for k, n in view["funnel"]["outcomes"].items() if n}:
+                    return None
+                return {"state": state, "view": view}
+
+            async def matches(status: str) -> bool:
+                return await shown(status) is not None
+
+            await wait_for(lambda: matches("running"), timeout=30, what="the running trial's state at the collector")
+            got = await shown("running")
+            assert got is not None
+            state, view = got["state"], got["view"]
+            assert state["verdict"] == view["verdict"]["wording"] and state["decision"] == view["verdict"]["code"]
+            assert state["cases"] == view["verdict"]["cases"] and state["spent_micros"] == view["spend"]["charged_micros"]
+            assert state["execution_site"] == "local" and state["team"] == "team-a"
+            await h.admin.post(f"/v1/trials/{t['id']}/stop")
+            await wait_for(lambda: matches("stopped"), timeout=30, what="the stop reaching the collector")
+            states = kit.held("trial_state")
+            revisions = [json.loads(body)["revision"] for _, body in states]
+            assert len(revisions) == len(set(revisions)), "one record per revision"
+            print(f"\ntrial states held: {len(states)} (revisions {sorted(revisions)})")

@@ -1,0 +1,44 @@
+"""The ``trial_state`` publisher over a real store: a state per change, none when nothing moved,
+revisions that only grow, and nothing of a trial's free text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sidecar.store.sqlite import SQLiteStore
+from sidecar.uplink_states import StatePublisher
+from tests.store.factories import effect, finish, start, trial
+
+
+async def _states(store: SQLiteStore) -> list[dict[str, object]]:
+    return [json.loads(r.body) for r in await store.outbox() if r.topic == "trial_state"]
+
+
+async def test_a_state_per_change_and_none_while_nothing_moves(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    await store.open()
+    try:
+        await store.create_trial(trial("t1", cap_micros=10_000))
+        publisher = StatePublisher(store, clock=lambda: 1000.0)
+        assert await publisher.publish() == 1
+        assert await publisher.publish() == 0, "nothing moved: nothing written (the first fold's own save included)"
+        await store.claim_case(start("c0"))
+        await store.reserve("t1", "c0", 100, kind="reserve", at=1.0)
+        assert await store.finish_case(finish("c0", charged=50, effects=(effect("r0"),)), "A")
+        assert await publisher.publish() == 1
+        await store.set_trial_status("t1", "stopped", "stopped by alice@example.com", ended=True, now=5.0)
+        assert await publisher.publish() == 1
+        assert await publisher.publish() == 0
+        states = await _states(store)
+        assert [s["status"] for s in states] == ["running", "running", "stopped"]
+        revisions = [s["revision"] for s in states]
+        assert revisions == sorted(revisions) and len(set(revisions)) == 3
+        assert states[1]["funnel"] == {"judged": 1} and states[2]["verdict"] == "Inconclusive"
+        assert all("alice" not in json.dumps(s) for s in states), "the status reason is not sent"
+        # A new process publishes the current state once; the outbox keeps the first copy of an id.
+        again = StatePublisher(store, clock=lambda: 2000.0)
+        assert await again.publish() == 1
+        assert len(await _states(store)) == 3
+    finally:
+        await store.close()
