@@ -182,6 +182,22 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE outbox ADD COLUMN claimed_by TEXT, ADD COLUMN lease_until DOUBLE PRECISION;
     """,
+    # 7: what a collector holds of the uplink, as in SQLite's migration 8
+    """
+    CREATE TABLE collected_records (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        sidecar_id TEXT NOT NULL,
+        team TEXT,
+        trial_id TEXT,
+        exchange_id TEXT,
+        revision BIGINT,
+        body BYTEA NOT NULL,
+        received_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
+    """,
 )
 
 
