@@ -482,7 +482,7 @@ def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if config is None:
         return 2
     try:
-        asyncio.run(serve_collector(config.collector))
+        asyncio.run(serve_collector(config))
     except StartupError as exc:
         print(f"shadowtrial: {exc}", file=sys.stderr)
         return 2

@@ -1,36 +1,54 @@
-"""``shadowtrial collector``: the reference collector composed from ``[collector]``.
+"""``shadowtrial collector``: the reference collector composed from its config.
 
-``async with CollectorServer(cfg) as c:`` opens the SQLite store at
-``db_path``, loads each ``[[collector.keys]]`` public key, and listens on
-``listen`` (port 0 binds a free port; ``c.url`` is the bound address).
-Shutdown: stop accepting, then close the store.
+``async with CollectorServer(cfg, config=config) as c:`` opens the collector's store
+(``[collector] store_url``, else the SQLite file ``db_path``: the sidecar's store contract,
+:mod:`sidecar.collected`), loads each ``[[collector.keys]]`` public key, starts the engine
+of control-plane trials when ``config`` names providers (:mod:`sidecar.control_plane`;
+with none it runs no trial and says so at start), and listens on ``listen`` (port 0 binds
+a free port; ``c.url`` is the bound address). Shutdown: stop accepting, stop the engine
+(drain, retire), close the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import time
 from typing import Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sidecar.config import CollectorConfig, split_listen
+from sidecar.collected import CollectedRecords
+from sidecar.config import CollectorConfig, Config, split_listen
+from sidecar.control_plane import ControlPlane
 from sidecar.errors import StartupError
+from sidecar.store import make_store
+from sidecar.store.base import Store
 from uplink.collector import CollectorSettings, collector_app
-from uplink.collector_store import SqliteCollectorStore
 from uplink.signing import Verifier, load_public_key
+
+log = logging.getLogger("shadowtrial.collector")
 
 
 class CollectorServer:
-    def __init__(self, cfg: CollectorConfig, *, port: int | None = None, middlewares: Sequence[Middleware] = ()) -> None:
-        """``port``: bind this port instead of the configured one (a test restarting on the same port);
-        ``middlewares``: wrap the handlers (e.g. to capture bodies in a test)."""
+    def __init__(
+        self, cfg: CollectorConfig, *, config: Config | None = None, port: int | None = None,
+        middlewares: Sequence[Middleware] = (),
+    ) -> None:
+        """``config``: the whole config, whose ``[providers]``, ``[models]``, ``[judge]`` and
+        ``[engine]`` run control-plane trials (None or no providers: none is run);
+        ``port``: bind this port instead of the configured one (a test restarting on the same
+        port); ``middlewares``: wrap the handlers (e.g. to capture bodies in a test)."""
         self.cfg = cfg
+        self.config = config
         self._port = port
         self._middlewares = tuple(middlewares)
         self._runner: web.AppRunner | None = None
-        self.store: SqliteCollectorStore | None = None
+        self.store: Store | None = None
+        self.records: CollectedRecords | None = None
+        self.control_plane: ControlPlane | None = None
         self.url = ""
 
     async def start(self) -> None:
@@ -40,19 +58,38 @@ class CollectorServer:
         except ValueError as exc:
             raise StartupError(f"collector.keys: {exc}") from exc
         verifier = Verifier(keys, audience=cfg.audience, issuers=frozenset(cfg.issuers), leeway_s=cfg.leeway_seconds)
-        self.store = await asyncio.to_thread(SqliteCollectorStore, cfg.db_path)
-        settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes)
-        self._runner = web.AppRunner(collector_app(self.store, verifier, settings, middlewares=self._middlewares), access_log=None,
-                                    auto_decompress=False)  # the app gunzips itself, within its bound
-        await self._runner.setup()
-        host, port = split_listen(cfg.listen)
+        store = make_store(cfg.location)
         try:
+            await store.open()
+        except Exception as exc:
+            raise StartupError(f"collector store {_where(cfg)}: cannot open: {type(exc).__name__}: {exc}") from exc
+        self.store = store
+        try:
+            await self._start_engine(store)
+            self.records = CollectedRecords(store, control_plane=self.control_plane, clock=time.time)
+            settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes)
+            app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
+            self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)  # the app gunzips itself
+            await self._runner.setup()
+            host, port = split_listen(cfg.listen)
             await web.TCPSite(self._runner, host, port if self._port is None else self._port).start()
         except OSError as exc:
             await self.stop()
             raise StartupError(f"collector.listen {cfg.listen}: cannot listen: {exc.strerror or exc}") from exc
+        except BaseException:
+            await self.stop()
+            raise
         bound = self._runner.addresses[0]
         self.url = f"http://{bound[0]}:{bound[1]}"
+
+    async def _start_engine(self, store: Store) -> None:
+        config = self.config
+        if config is None or not config.providers:
+            log.warning("the collector runs no control-plane trial: no [providers] are configured "
+                        "(their exchanges are kept, and run once a collector with providers starts)")
+            return
+        self.control_plane = ControlPlane(config, location=self.cfg.location)
+        await self.control_plane.start(store)
 
     @property
     def port(self) -> int:
@@ -62,6 +99,9 @@ class CollectorServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.control_plane is not None:
+            await self.control_plane.stop()
+            self.control_plane = None
         if self.store is not None:
             await self.store.close()
             self.store = None
@@ -74,12 +114,19 @@ class CollectorServer:
         await self.stop()
 
 
-async def serve_collector(cfg: CollectorConfig) -> None:
+def _where(cfg: CollectorConfig) -> str:
+    """The store's location without credentials."""
+    if cfg.store_url:
+        return cfg.store_url.split("@")[-1] if "@" in cfg.store_url else cfg.store_url
+    return cfg.db_path
+
+
+async def serve_collector(config: Config) -> None:
     """Run until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with CollectorServer(cfg) as server:
+    async with CollectorServer(config.collector, config=config) as server:
         print(f"shadowtrial collector: {server.url}", flush=True)
         await stop.wait()

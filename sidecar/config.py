@@ -479,6 +479,9 @@ class CollectorConfig(_Section, frozen=True):
 
     listen: str = "127.0.0.1:8792"
     db_path: str = "collector.db"
+    #: ``postgresql://...`` to keep the collector's records (and run its trials) in PostgreSQL;
+    #: when set it wins over ``db_path`` (pass a password only through ``SHADOWTRIAL_COLLECTOR__STORE_URL``).
+    store_url: str = ""
     audience: str = ""
     issuers: tuple[str, ...] = ()
     keys: tuple[CollectorKeyConfig, ...] = ()
@@ -489,9 +492,16 @@ class CollectorConfig(_Section, frozen=True):
 
     def _validate(self) -> None:
         split_listen(self.listen)
+        if self.store_url and not self.store_url.startswith(("postgresql://", "postgres://", "sqlite://")):
+            raise ValueError("store_url must start with postgresql:// (or sqlite:// for a file)")
         kids = [k.kid for k in self.keys]
         if len(set(kids)) != len(kids):
             raise ValueError("keys: two keys share a kid")
+
+    @property
+    def location(self) -> str:
+        """What :func:`sidecar.store.make_store` opens for the collector."""
+        return self.store_url or self.db_path
 
 
 class TelemetryConfig(_Section, frozen=True):

@@ -38,6 +38,7 @@ from sidecar.engine.parts import engine_settings, open_providers, price_book, re
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.errors import StartupError
+from sidecar.forwarder import SITE as FORWARDED_SITE, Forwarder
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
@@ -93,8 +94,15 @@ class Runtime:
         self.routing = RoutingTable()
         self.funnel = CountingFunnel()
         self.handoff: Handoff[Claim] = Handoff(config.tap.queue_size)
-        #: Where a claim goes, by the trial's pinned execution site (the uplink adds ``control_plane``).
-        self.sinks: Mapping[str, Handoff[Claim]] = {SITE: self.handoff}
+        #: Where a claim goes, by the trial's pinned execution site: the local engine's hand-off,
+        #: and with ``[uplink]`` the forwarder of ``control_plane`` claims to the collector.
+        self.forwarder: Forwarder | None = None
+        sinks: dict[str, Handoff[Claim]] = {SITE: self.handoff}
+        if config.uplink.enabled:
+            self.forwarder = Forwarder(self.store, self.routing, self.funnel, queue_size=config.tap.queue_size,
+                                       clock=clock)
+            sinks[FORWARDED_SITE] = self.forwarder.handoff
+        self.sinks: Mapping[str, Handoff[Claim]] = sinks
         self.counters: Counter[str] = Counter()
         #: Drop counts gateway plugins report in their requests' stats header (the tap's loop only).
         self.plugin_stats = PluginStats()
@@ -162,6 +170,8 @@ class Runtime:
                 await self.stop()
                 raise StartupError(f"uplink: {exc}") from exc
             await self.delivery.start()
+            if self.forwarder is not None:
+                await self.forwarder.start()
             await self.watch_outbox()
             self._chores.append(asyncio.create_task(self._outbox_loop(), name="shadowtrial-outbox-bound"))
             self.states = StatePublisher(self.store)
@@ -181,6 +191,8 @@ class Runtime:
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)
+        if self.forwarder is not None:  # what it holds goes into the outbox first, within the drain deadline
+            await self.forwarder.stop(self.config.engine.drain_seconds)
         if self.states is not None:  # the states the engine's last cases left, for the next life to send
             try:
                 await self.states.publish()
@@ -242,7 +254,9 @@ class Runtime:
         engine in its own process; an engine on a thread installs them itself)."""
         edits = self.routing.edits
         running = await self.store.list_trials(status="running")
-        self.routing.replace([r for r in running if runnable(r, self.resolve, self.config)], edits_seen=edits)
+        self.routing.replace(
+            [r for r in running if r.execution_site != SITE or runnable(r, self.resolve, self.config)], edits_seen=edits
+        )
 
     async def watch_outbox(self) -> None:
         """Read the outbox's depth against its bound (one count query; the tap never waits on it)."""

@@ -11,7 +11,9 @@ answer ``200`` with an :class:`~uplink.schema.Ack` naming exactly the ids it
 now holds (stored now or before) and those it refused.
 
 ``GET /v1/trials``: what it holds, per trial: the latest ``trial_state`` and
-the count of case results per team.
+the count of case results per team; for a trial it runs itself (pinned to the
+control plane, learnt from ``trial_spec`` records), ``control_plane``: its
+status, funnel, spend and verdict from its own figures.
 
 Errors are ``{"error": {"code", "message", "field"}}``; bad input never gets a 5xx.
 """
@@ -33,6 +35,7 @@ from uplink.schema import (
     Ack,
     ExchangeRecord,
     SchemaError,
+    TrialSpec,
     TrialState,
     UnknownRecord,
     decode_batch,
@@ -97,8 +100,9 @@ def _held(record: Any, sidecar_id: str, now: float) -> Held:
     kind = type(record).__struct_config__.tag
     team = getattr(record, "team", None)
     trial = getattr(record, "trial_id", None)
-    revision = record.revision if isinstance(record, TrialState) else None
-    return Held(record.id, str(kind), sidecar_id, encode_record(record), now, team, trial, revision)
+    revision = record.revision if isinstance(record, (TrialState, TrialSpec)) else None
+    exchange = record.exchange_id if isinstance(record, ExchangeRecord) else None
+    return Held(record.id, str(kind), sidecar_id, encode_record(record), now, team, trial, revision, exchange)
 
 
 async def receive_batch(request: web.Request) -> web.Response:
@@ -153,11 +157,13 @@ async def receive_batch(request: web.Request) -> web.Response:
 
 async def list_trials(request: web.Request) -> web.Response:
     rows = await request.app[STORE].trials()
-    out = [
-        {"trial_id": r["trial_id"], "case_results": r["case_results"],
-         "state": msgspec.Raw(r["state"]) if r["state"] is not None else None}
-        for r in rows
-    ]
+    out = []
+    for r in rows:
+        item = {"trial_id": r["trial_id"], "case_results": r["case_results"],
+                "state": msgspec.Raw(r["state"]) if r["state"] is not None else None}
+        if r.get("control_plane") is not None:
+            item["control_plane"] = r["control_plane"]
+        out.append(item)
     return web.Response(body=_json.encode({"trials": out}), content_type="application/json")
 
 

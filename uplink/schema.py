@@ -165,10 +165,55 @@ class ExchangeRecord(_Record, frozen=True, tag="exchange"):
     route: str | None = None
 
 
-Record = CaseResult | TrialState | AlertRecord | ExchangeRecord
+class TrialSpec(_Record, frozen=True, tag="trial_spec"):
+    """A control-plane trial as the collector runs it (issue 11 item 5). Content-free.
+
+    Written in the same transaction as the trial's creation and as each change of its
+    status or pinned site (pause, stop, resume), while or since it is pinned to the
+    control plane. ``id`` is ``trial_spec:<trial_id>:<revision>``; ``revision`` only grows
+    (the change's time in microseconds), so a collector applies a spec only when its
+    revision is the highest it holds for the trial, whatever order records arrive in.
+    A collector runs the trial's cases only while the latest spec says ``running`` at
+    ``execution_site = "control_plane"``.
+    """
+
+    trial_id: str
+    team: str
+    revision: int
+    status: str
+    execution_site: str
+    prompt_retention: bool
+    incumbent_model: str
+    candidate_model: str
+    sample_rate: float
+    cap_micros: int
+    expected_cases: int
+    delta: float
+    min_cases: int
+    audit_share: float
+    candidate_max_tokens: int
+    #: Prices pinned at creation, micro-dollars per million tokens.
+    candidate_price_in: int
+    candidate_price_out: int
+    judge_price_in: int
+    judge_price_out: int
+    judge_model: str
+    judge_version_id: str
+    judge_version_name: str
+    judge_spec_json: str
+    created_at: float
+    incumbent_price_in: int | None = None
+    incumbent_price_out: int | None = None
+    status_reason: str | None = None
+    route: str | None = None
+    gateway: str | None = None
+    started_by: str | None = None
+
+
+Record = CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec
 
 #: The record kinds this version knows, by tag.
-KINDS: tuple[str, ...] = ("case_result", "trial_state", "alert", "exchange")
+KINDS: tuple[str, ...] = ("case_result", "trial_state", "alert", "exchange", "trial_spec")
 #: Kinds that carry prompt or answer text.
 CONTENT_KINDS: frozenset[str] = frozenset({"exchange"})
 

@@ -57,7 +57,8 @@ log = logging.getLogger("shadowtrial.engine")
 
 T = TypeVar("T")
 
-#: This engine's execution site (DESIGN.md section 9): it runs local trials only.
+#: A sidecar's engine's execution site (DESIGN.md section 9): it runs local trials only. The
+#: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.control_plane`).
 SITE: Site = "local"
 
 
@@ -119,9 +120,12 @@ class Engine:
         clock: Callable[[], float] = time.time,
         revoked_subjects_file: str = "",
         telemetry: EngineTelemetry | None = None,
+        site: Site = SITE,
     ) -> None:
         from sidecar.engine.watermark import Watermark
 
+        #: The execution site this engine runs cases for; every other trial's case is ``not_at_site``.
+        self.site: Site = site
         self.settings = settings
         self._open_store = open_store
         self._open_providers = open_providers
@@ -306,9 +310,12 @@ class Engine:
         if subject is None:
             self.funnel.add(claim.trial_id, "shed_stopped")
             return
-        if not runs_here(subject.record.execution_site, SITE):
-            self.funnel.add(claim.trial_id, "not_at_site")
-            return
+        if not runs_here(subject.record.execution_site, self.site):
+            # A resume may have re-pinned the trial here since its subject was activated.
+            subject = await self._load(claim.trial_id)
+            if subject is None or not runs_here(subject.record.execution_site, self.site):
+                self.funnel.add(claim.trial_id, "not_at_site")
+                return
         try:
             if claim.content_kept:
                 if await self._runner.run(subject, claim.exchange) == "judged":
@@ -359,7 +366,11 @@ class Engine:
             if subject is not None:
                 fresh[record.id] = subject
         self._subjects = fresh
-        self.routing.replace([r for r in running if r.id in fresh], edits_seen=edits)
+        # A trial pinned elsewhere is routed whatever this engine can run: its claims go to
+        # that site's sink (the forwarder), never to this engine.
+        self.routing.replace(
+            [r for r in running if r.id in fresh or not runs_here(r.execution_site, self.site)], edits_seen=edits
+        )
 
     async def flush(self) -> None:
         """Write pending funnel counts (on the engine's loop, with its store)."""

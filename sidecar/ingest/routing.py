@@ -73,6 +73,9 @@ class Routes:
     def ids(self) -> list[str]:
         return list(self._ids)
 
+    def get(self, trial_id: str) -> Route | None:
+        return self._ids.get(trial_id)
+
     def with_route(self, route: Route) -> Routes:
         return Routes([*(r for r in self._ids.values() if r.trial_id != route.trial_id), route])
 

@@ -38,6 +38,7 @@ from sidecar.runtime import Runtime
 from sidecar.services.access import require
 from sidecar.services.posture_report import pause_reason, reports_of
 from sidecar.store.records import GatewayReport
+from sidecar.trial_spec import pause_effects
 from sidecar.trials import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 
 log = logging.getLogger("shadowtrial.posture")
@@ -187,10 +188,11 @@ class PostureService:
             reports_of(reports), prompt_retention=body.prompt_retention, cut_over=body.cut_over, now=now,
             stale_after_s=rt.config.uplink.stale_seconds,
         )
+        reason = pause_reason(site, body.prompt_retention)
         written = await rt.store.put_posture(
             team, prompt_retention=body.prompt_retention, cut_over=body.cut_over,
-            expected_revision=expected_revision, site=site, now=now, by=principal.subject,
-            reason=pause_reason(site, body.prompt_retention),
+            expected_revision=expected_revision, site=site, now=now, by=principal.subject, reason=reason,
+            effects=await pause_effects(rt.store, team, reason=reason, at=now),
         )
         if not written.applied:
             have = 0 if written.posture is None else written.posture.revision

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from policies.posture import Report, posture_site
 from sidecar.store.base import Store
 from sidecar.store.records import GatewayReport
+from sidecar.trial_spec import pause_effects
 
 
 def reports_of(reports: Sequence[GatewayReport]) -> list[Report]:
@@ -42,7 +43,9 @@ async def report_and_pause(
             reports_of(await store.gateway_reports(team)), prompt_retention=retention, cut_over=cut_over, now=now,
             stale_after_s=stale_after_s,
         )
+        reason = pause_reason(site, retention)
         paused += await store.pause_mismatched(
-            team, site=site, prompt_retention=retention, reason=pause_reason(site, retention), now=now
+            team, site=site, prompt_retention=retention, reason=reason, now=now,
+            effects=await pause_effects(store, team, reason=reason, at=now),
         )
     return paused

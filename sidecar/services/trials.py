@@ -27,6 +27,7 @@ from sidecar.services.access import require, require_create, visible
 from sidecar.services.posture import current_posture
 from sidecar.services.posture_report import pause_reason
 from sidecar.store.records import TrialRecord
+from sidecar.trial_spec import pause_effects, spec_effects
 from sidecar.trials import TrialCreate, build_trial
 
 
@@ -131,7 +132,10 @@ class TrialService:
         if record.execution_site not in rt.sinks:
             raise BadRequest(_no_sink(body.team, record.execution_site), field="$.team")
         body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
-        stored = await rt.store.create_trial(record, idempotency_key=idempotency_key, body_hash=body_hash)
+        stored = await rt.store.create_trial(
+            record, idempotency_key=idempotency_key, body_hash=body_hash,
+            effects=spec_effects(record, status="running", reason=None, at=record.created_at),
+        )
         created = stored.id == record.id
         if created:
             rt.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
@@ -147,8 +151,10 @@ class TrialService:
             forbidden=f"your roles may read trial {trial_id!r} but not stop it",
         )
         rt = self._rt
+        now = rt.clock()
         updated, changed = await rt.store.set_trial_status(
-            trial_id, "stopped", "stopped by operator", ended=True, now=rt.clock()
+            trial_id, "stopped", "stopped by operator", ended=True, now=now,
+            effects=spec_effects(record, status="stopped", reason="stopped by operator", at=now),
         )
         if updated is None:
             raise NotFound(_missing(trial_id))
@@ -175,9 +181,12 @@ class TrialService:
         posture = await current_posture(rt, record.team)
         if posture.site not in rt.sinks:
             raise Conflict(_no_sink(record.team, posture.site) + "; the trial stays paused", code="site_unavailable")
+        now = rt.clock()
         updated, changed = await rt.store.resume_trial(
             trial_id, paused=PAUSED, started_by=principal.subject,
-            execution_site=posture.site, prompt_retention=posture.prompt_retention,
+            execution_site=posture.site, prompt_retention=posture.prompt_retention, now=now,
+            effects=spec_effects(record, status="running", reason=None, at=now, site=posture.site,
+                                 retention=posture.prompt_retention, started_by=principal.subject),
         )
         if updated is None:
             raise NotFound(_missing(trial_id))
@@ -195,12 +204,27 @@ class TrialService:
         now = await current_posture(rt, record.team)
         if needs_pause(pinned_site=record.execution_site, pinned_retention=record.prompt_retention,
                        site=now.site, prompt_retention=now.prompt_retention):
+            reason = pause_reason(now.site, now.prompt_retention)
             paused = await rt.store.pause_mismatched(
-                record.team, site=now.site, prompt_retention=now.prompt_retention,
-                reason=pause_reason(now.site, now.prompt_retention), now=now.now,
+                record.team, site=now.site, prompt_retention=now.prompt_retention, reason=reason, now=now.now,
+                effects=await pause_effects(rt.store, record.team, reason=reason, at=now.now),
             )
             for trial_id in paused:
                 rt.routing.remove(trial_id)
+        await self._tell_collector(record)
+
+    async def _tell_collector(self, record: TrialRecord) -> None:
+        """A pause that committed between another writer's listing of the team's trials and its
+        update paused ``record`` without its ``trial_spec`` (the writer did not know the trial yet):
+        if ``record`` is paused now, write the spec (the first copy of an id wins)."""
+        rt = self._rt
+        fresh = await rt.store.get_trial(record.id)
+        if fresh is None or fresh.status == "running":
+            return
+        at = rt.clock()
+        effects = spec_effects(fresh, status=fresh.status, reason=fresh.status_reason, at=at)
+        if effects:
+            await rt.store.enqueue_outbox(effects, now=at)
 
     async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:
         record = await self._rt.store.get_trial(trial_id)

@@ -33,6 +33,8 @@ from typing import Mapping, Protocol, Sequence
 
 from sidecar.store.records import (
     CaseFinish,
+    Collected,
+    Effect,
     CaseStart,
     ClaimOutcome,
     KeptState,
@@ -50,10 +52,13 @@ from sidecar.store.records import (
 
 class TrialStore(Protocol):
     async def create_trial(
-        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None
+        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
+        effects: Sequence[Effect] = (),
     ) -> TrialRecord:
         """Insert ``trial``; with a key, return the trial first created under it
-        (raise ``IdempotencyConflict`` if the key came with another body)."""
+        (raise ``IdempotencyConflict`` if the key came with another body).
+        ``effects`` are written to the outbox in the same transaction, only when
+        the trial is inserted now (not for a repeated key)."""
         ...
 
     async def get_trial(self, trial_id: str) -> TrialRecord | None: ...
@@ -63,20 +68,24 @@ class TrialStore(Protocol):
         ...
 
     async def set_trial_status(
-        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
+        effects: Sequence[Effect] = (),
     ) -> tuple[TrialRecord | None, bool]:
         """Conditional: changes nothing when the trial already has ``status``.
-        Returns (record after, changed); (None, False) for an unknown trial."""
+        Returns (record after, changed); (None, False) for an unknown trial.
+        ``effects`` are written to the outbox in the same transaction, only when it changed."""
         ...
 
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
+        effects: Sequence[Effect] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         """Conditional: a trial in one of the ``paused`` statuses runs again, its status reason
         cleared and ``started_by`` set (the resumer takes the trial on); ``execution_site`` and
         ``prompt_retention``, when given, are pinned anew in the same update. Returns (record
-        after, changed); (None, False) for an unknown trial."""
+        after, changed); (None, False) for an unknown trial. ``effects`` are written to the
+        outbox (at ``now``) in the same transaction, only when it changed."""
         ...
 
     async def save_states(
@@ -160,11 +169,12 @@ class PostureStore(Protocol):
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> PostureWrite:
         """Set the team's posture and, in the same transaction, pause ``posture_changed`` (with
         ``reason``) each running trial of the team whose pinned site is not ``site`` or whose
-        pinned retention is not ``prompt_retention``.
+        pinned retention is not ``prompt_retention``; ``effects[trial_id]`` are written to the
+        outbox, in the same transaction, for each trial paused now.
 
         ``expected_revision``: None writes unconditionally; 0 writes only if the team has no
         stored posture; n writes only if the stored revision is n. A mismatch writes nothing
@@ -181,10 +191,12 @@ class PostureStore(Protocol):
         ...
 
     async def pause_mismatched(
-        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
+        effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> list[str]:
         """Pause ``posture_changed`` each running trial of ``team`` whose pinned site is not
-        ``site`` or whose pinned retention is not ``prompt_retention``; their ids."""
+        ``site`` or whose pinned retention is not ``prompt_retention``; their ids.
+        ``effects[trial_id]`` are written to the outbox for each trial paused now."""
         ...
 
 
@@ -232,12 +244,14 @@ class OutboxDelivery(Protocol):
         leased to ``owner`` until ``now + lease_s``: ``(record_id, body)``."""
         ...
 
-    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
-        """Add records to the outbox in one transaction; an id already there keeps its first copy."""
-        ...
-
     async def delete_outbox(self, record_ids: Sequence[str]) -> int:
         """Forget these records (the collector acknowledged or refused them); how many went."""
+        ...
+
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
+        """Add ``records`` to the outbox in one transaction, each unless its id is there already
+        (the first copy wins); how many were added. For records that report no store fact of
+        their own (a control-plane trial's forwarded exchanges, trial states)."""
         ...
 
     async def outbox_depth(self) -> int:
@@ -245,7 +259,33 @@ class OutboxDelivery(Protocol):
         ...
 
 
-class Store(TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, Protocol):
+class CollectedStore(Protocol):
+    """What a collector holds of the uplink (``shadowtrial collector``, :mod:`sidecar.collected`):
+    each record once by id, as it came, and the exchanges its engine has still to run."""
+
+    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+        """Keep each record unless its id is held already (the first copy wins), in one
+        transaction; the ids stored now."""
+        ...
+
+    async def collected_trials(self) -> list[dict[str, object]]:
+        """Per trial id: ``state`` (the body of its highest-revision ``trial_state``, or None)
+        and ``case_results`` (the count of ``case_result`` records per team)."""
+        ...
+
+    async def latest_spec(self, trial_id: str) -> bytes | None:
+        """The body of the trial's highest-revision ``trial_spec`` record, or None."""
+        ...
+
+    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
+        """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
+        their exchange yet, of trials this store holds pinned to the control plane and not
+        paused: running ones (their cases run), and ended ones (a claim records the case at
+        once with its ended outcome, so every stored exchange is counted once)."""
+        ...
+
+
+class Store(TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, Protocol):
     """Everything one process needs; opened and closed by the app's lifecycle.
 
     An instance is bound to the event loop that opened it: the engine opens

@@ -39,6 +39,8 @@ from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
+    Collected,
+    Effect,
     CaseStart,
     ClaimOutcome,
     GatewayReport,
@@ -132,7 +134,8 @@ class PostgresStore:
     # -- trials ----------------------------------------------------------------
 
     async def create_trial(
-        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None
+        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
+        effects: Sequence[Effect] = (),
     ) -> TrialRecord:
         """The key row is inserted first: a concurrent create with the same key
         waits on it, then finds it and returns the same trial."""
@@ -150,6 +153,7 @@ class PostgresStore:
                         raise IdempotencyConflict(idempotency_key)
                     return _trial(await conn.fetchrow("SELECT * FROM trials WHERE id=$1", row["trial_id"]))
             await conn.execute(_INSERT_TRIAL, *dataclasses.astuple(trial))
+            await _enqueue(conn, effects, trial.created_at)
             return trial
 
         return await self._tx(fn)
@@ -167,7 +171,8 @@ class PostgresStore:
         return [_trial(r) for r in rows]
 
     async def set_trial_status(
-        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
+        effects: Sequence[Effect] = (),
     ) -> tuple[TrialRecord | None, bool]:
         async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
             row = await conn.fetchrow(
@@ -177,6 +182,7 @@ class PostgresStore:
                 trial_id, status, reason, ended, now,
             )
             if row is not None:
+                await _enqueue(conn, effects, now)
                 return _trial(row), True
             row = await conn.fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
             return (None if row is None else _trial(row)), False
@@ -186,6 +192,7 @@ class PostgresStore:
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
+        effects: Sequence[Effect] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
             row = await conn.fetchrow(
@@ -196,6 +203,7 @@ class PostgresStore:
                 trial_id, started_by, list(paused), execution_site, prompt_retention,
             )
             if row is not None:
+                await _enqueue(conn, effects, now)
                 return _trial(row), True
             row = await conn.fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
             return (None if row is None else _trial(row)), False
@@ -240,7 +248,7 @@ class PostgresStore:
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> PostureWrite:
         """The posture row is created if missing, then locked (so two writers of one team take
         turns and each compares the revision the other committed), then the trials are paused."""
@@ -265,7 +273,7 @@ class PostgresStore:
                     team, prompt_retention, cut_over, now, by,
                 )
                 current = _posture(row)
-            paused = await _pause(conn, team, site, prompt_retention, reason)
+            paused = await _pause(conn, team, site, prompt_retention, reason, effects, now)
             return PostureWrite(True, current, tuple(paused))
 
         return await self._tx(fn)
@@ -286,9 +294,10 @@ class PostgresStore:
         return [GatewayReport(r["gateway"], r["content_uplink"], r["last_seen"]) for r in rows]
 
     async def pause_mismatched(
-        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
+        effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> list[str]:
-        return await self._tx(lambda conn: _pause(conn, team, site, prompt_retention, reason))
+        return await self._tx(lambda conn: _pause(conn, team, site, prompt_retention, reason, effects, now))
 
     # -- cases -----------------------------------------------------------------
 
@@ -408,7 +417,7 @@ class PostgresStore:
                         for j in finish.judgments
                     ],
                 )
-            await _put_outbox(conn, finish.effects, finish.finished_at)
+            await _enqueue(conn, finish.effects, finish.finished_at)
             await _bump(conn, {(finish.trial_id, finish.outcome): 1})
             return True
 
@@ -550,14 +559,62 @@ class PostgresStore:
         result = await self._open_pool().execute("DELETE FROM outbox WHERE record_id = ANY($1::text[])", list(record_ids))
         return int(result.split()[-1])
 
-    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
-        async def fn(conn: Conn) -> None:
-            await _put_outbox(conn, records, now)
-
-        await self._tx(fn)
-
     async def outbox_depth(self) -> int:
         return int(await self._open_pool().fetchval("SELECT COUNT(*) FROM outbox"))
+
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
+        return await self._tx(lambda conn: _enqueue(conn, records, now))
+
+    # -- a collector's records (sidecar.store.base.CollectedStore) --------------
+
+    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+        async def fn(conn: Conn) -> list[str]:
+            stored: list[str] = []
+            for r in records:
+                done = await conn.fetchval(
+                    "INSERT INTO collected_records (id, kind, sidecar_id, team, trial_id, exchange_id, revision, body, "
+                    "received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING RETURNING 1",
+                    r.id, r.kind, r.sidecar_id, r.team, r.trial_id, r.exchange_id, r.revision, r.body, r.received_at,
+                )
+                if done is not None:
+                    stored.append(r.id)
+            return stored
+
+        return await self._tx(fn)
+
+    async def collected_trials(self) -> list[dict[str, object]]:
+        pool = self._open_pool()
+        out: dict[str, dict[str, Any]] = {}
+        for r in await pool.fetch(
+            "SELECT trial_id, team, COUNT(*) AS n FROM collected_records WHERE kind = 'case_result' "
+            "GROUP BY trial_id, team ORDER BY trial_id, team"
+        ):
+            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+            out[r["trial_id"]]["case_results"][r["team"]] = r["n"]
+        for r in await pool.fetch(
+            "SELECT DISTINCT ON (trial_id) trial_id, body FROM collected_records WHERE kind = 'trial_state' "
+            "ORDER BY trial_id, revision DESC"
+        ):
+            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+            out[r["trial_id"]]["state"] = bytes(r["body"])
+        return [out[k] for k in sorted(out)]
+
+    async def latest_spec(self, trial_id: str) -> bytes | None:
+        body = await self._open_pool().fetchval(
+            "SELECT body FROM collected_records WHERE kind = 'trial_spec' AND trial_id = $1 "
+            "ORDER BY revision DESC, seq DESC LIMIT 1", trial_id,
+        )
+        return None if body is None else bytes(body)
+
+    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
+        rows = await self._open_pool().fetch(
+            "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+            "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
+            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+            "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
+            "ORDER BY r.seq LIMIT $1", limit,
+        )
+        return [bytes(r["body"]) for r in rows]
 
 
 async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
@@ -568,16 +625,7 @@ async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
         f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id WHERE c.id = ANY($1::text[])",
         list(case_ids),
     )
-    await _put_outbox(conn, [reports.indeterminate_record(r) for r in rows], now)
-
-
-async def _put_outbox(conn: Conn, records: Sequence[OutboxRecord], now: float) -> None:
-    if records:
-        await conn.executemany(
-            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
-            "ON CONFLICT (record_id) DO NOTHING",
-            [(e.record_id, e.topic, e.body, now) for e in records],
-        )
+    await _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
 
 
 def _posture(row: Any) -> TeamPosture:
@@ -585,7 +633,23 @@ def _posture(row: Any) -> TeamPosture:
                        row["updated_by"])
 
 
-async def _pause(conn: Conn, team: str, site: str, retention: bool, reason: str) -> list[str]:
+async def _enqueue(conn: Conn, effects: Sequence[Effect], at: float) -> int:
+    """Write outbox records, each unless its id is there already; how many went in."""
+    added = 0
+    for e in effects:
+        done = await conn.fetchval(
+            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
+            "ON CONFLICT (record_id) DO NOTHING RETURNING 1",
+            e.record_id, e.topic, e.body, at,
+        )
+        added += done is not None
+    return added
+
+
+async def _pause(
+    conn: Conn, team: str, site: str, retention: bool, reason: str,
+    effects: Mapping[str, Sequence[Effect]] | None = None, now: float = 0.0,
+) -> list[str]:
     """Pause the team's running trials pinned to another site or retention; their ids. The
     rows are locked in ascending id first (the lock order of the module's docstring)."""
     ids = [
@@ -601,6 +665,9 @@ async def _pause(conn: Conn, team: str, site: str, retention: bool, reason: str)
             "UPDATE trials SET status='posture_changed', status_reason=$2 WHERE id = ANY($1::text[]) AND status='running'",
             ids, reason,
         )
+    if effects:
+        for trial_id in sorted(ids):
+            await _enqueue(conn, effects.get(trial_id, ()), now)
     return sorted(ids)
 
 

@@ -206,4 +206,21 @@ MIGRATIONS: tuple[str, ...] = (
         UPDATE trials SET state_revision = OLD.state_revision + 1 WHERE id = NEW.id;
     END;
     """,
+    # 9: what a collector holds of the uplink (sidecar/collected.py): each record once by id,
+    # as it came; exchanges of control-plane trials are run from here by the collector's engine
+    """
+    CREATE TABLE collected_records (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        sidecar_id TEXT NOT NULL,
+        team TEXT,
+        trial_id TEXT,
+        exchange_id TEXT,
+        revision INTEGER,
+        body BLOB NOT NULL,
+        received_at REAL NOT NULL
+    );
+    CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
+    """,
 )

@@ -194,6 +194,22 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER trials_state_revision BEFORE UPDATE ON trials
     FOR EACH ROW EXECUTE FUNCTION shadowtrial_trials_state_revision();
     """,
+    # 8: what a collector holds of the uplink, as in SQLite's migration 9
+    """
+    CREATE TABLE collected_records (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        sidecar_id TEXT NOT NULL,
+        team TEXT,
+        trial_id TEXT,
+        exchange_id TEXT,
+        revision BIGINT,
+        body BYTEA NOT NULL,
+        received_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
+    """,
 )
 
 

@@ -21,6 +21,8 @@ from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
+    Collected,
+    Effect,
     ended_outcome,
     CaseStart,
     ClaimOutcome,
@@ -121,7 +123,8 @@ class SQLiteStore:
     # -- trials ----------------------------------------------------------------
 
     async def create_trial(
-        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None
+        self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
+        effects: Sequence[Effect] = (),
     ) -> TrialRecord:
         def fn(conn: sqlite3.Connection) -> TrialRecord:
             if idempotency_key is not None:
@@ -141,6 +144,7 @@ class SQLiteStore:
                     "INSERT INTO idempotency (key, body_hash, trial_id, created_at) VALUES (?,?,?,?)",
                     (idempotency_key, body_hash, trial.id, trial.created_at),
                 )
+            _enqueue(conn, effects, trial.created_at)
             return trial
 
         return await self._write(fn)
@@ -168,7 +172,8 @@ class SQLiteStore:
         return await self._run(fn)
 
     async def set_trial_status(
-        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float
+        self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
+        effects: Sequence[Effect] = (),
     ) -> tuple[TrialRecord | None, bool]:
         """Set the status unless it already is ``status``; returns (record, changed)."""
 
@@ -178,6 +183,8 @@ class SQLiteStore:
                 "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ?",
                 (status, reason, int(ended), now, trial_id, status),
             )
+            if cur.rowcount == 1:
+                _enqueue(conn, effects, now)
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
             return (None if row is None else _trial(row)), cur.rowcount == 1
 
@@ -186,6 +193,7 @@ class SQLiteStore:
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
+        effects: Sequence[Effect] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
             marks = ", ".join("?" for _ in paused) or "NULL"
@@ -196,6 +204,8 @@ class SQLiteStore:
                 (started_by, execution_site, None if prompt_retention is None else int(prompt_retention),
                  trial_id, *paused),
             )
+            if cur.rowcount == 1:
+                _enqueue(conn, effects, now)
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
             return (None if row is None else _trial(row)), cur.rowcount == 1
 
@@ -237,7 +247,7 @@ class SQLiteStore:
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> PostureWrite:
         def fn(conn: sqlite3.Connection) -> PostureWrite:
             current = _posture(conn, team)
@@ -255,7 +265,7 @@ class SQLiteStore:
                     "updated_by=? WHERE team=?",
                     (int(prompt_retention), int(cut_over), now, by, team),
                 )
-            paused = _pause(conn, team, site, prompt_retention, reason)
+            paused = _pause(conn, team, site, prompt_retention, reason, effects, now)
             return PostureWrite(True, _posture(conn, team), tuple(paused))
 
         return await self._write(fn)
@@ -280,9 +290,10 @@ class SQLiteStore:
         return await self._run(fn)
 
     async def pause_mismatched(
-        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float
+        self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
+        effects: Mapping[str, Sequence[Effect]] | None = None,
     ) -> list[str]:
-        return await self._write(lambda conn: _pause(conn, team, site, prompt_retention, reason))
+        return await self._write(lambda conn: _pause(conn, team, site, prompt_retention, reason, effects, now))
 
     # -- cases -----------------------------------------------------------------
 
@@ -408,7 +419,7 @@ class SQLiteStore:
                     for j in finish.judgments
                 ],
             )
-            _put_outbox(conn, finish.effects, finish.finished_at)
+            _enqueue(conn, finish.effects, finish.finished_at)
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
 
@@ -562,12 +573,71 @@ class SQLiteStore:
 
         return await self._write(fn)
 
-    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> None:
-        await self._write(lambda conn: _put_outbox(conn, records, now))
-
     async def outbox_depth(self) -> int:
         def fn(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+        return await self._run(fn)
+
+    async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
+        return await self._write(lambda conn: _enqueue(conn, records, now))
+
+    # -- a collector's records (sidecar.store.base.CollectedStore) --------------
+
+    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+        def fn(conn: sqlite3.Connection) -> list[str]:
+            stored: list[str] = []
+            for r in records:
+                cur = conn.execute(
+                    "INSERT INTO collected_records (id, kind, sidecar_id, team, trial_id, exchange_id, revision, body, "
+                    "received_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
+                    (r.id, r.kind, r.sidecar_id, r.team, r.trial_id, r.exchange_id, r.revision, r.body, r.received_at),
+                )
+                if cur.rowcount == 1:
+                    stored.append(r.id)
+            return stored
+
+        return await self._write(fn)
+
+    async def collected_trials(self) -> list[dict[str, object]]:
+        def fn(conn: sqlite3.Connection) -> list[dict[str, object]]:
+            out: dict[str, dict[str, Any]] = {}
+            for r in conn.execute(
+                "SELECT trial_id, team, COUNT(*) AS n FROM collected_records WHERE kind = 'case_result' "
+                "GROUP BY trial_id, team ORDER BY trial_id, team"
+            ):
+                out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+                out[r["trial_id"]]["case_results"][r["team"]] = r["n"]
+            for r in conn.execute(
+                "SELECT r.trial_id, r.body FROM collected_records r WHERE r.kind = 'trial_state' AND r.revision = "
+                "(SELECT MAX(revision) FROM collected_records s WHERE s.kind = 'trial_state' AND s.trial_id = r.trial_id)"
+            ):
+                out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+                out[r["trial_id"]]["state"] = bytes(r["body"])
+            return [out[k] for k in sorted(out)]
+
+        return await self._run(fn)
+
+    async def latest_spec(self, trial_id: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT body FROM collected_records WHERE kind = 'trial_spec' AND trial_id = ? "
+                "ORDER BY revision DESC, seq DESC LIMIT 1", (trial_id,),
+            ).fetchone()
+            return None if row is None else bytes(row["body"])
+
+        return await self._run(fn)
+
+    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
+        def fn(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+                "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
+                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+                "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
+                "ORDER BY r.seq LIMIT ?", (limit,),
+            ).fetchall()
+            return [bytes(r["body"]) for r in rows]
 
         return await self._run(fn)
 
@@ -629,14 +699,7 @@ def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> No
             f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id "
             f"WHERE c.id IN ({', '.join('?' for _ in chunk)})", chunk,
         ).fetchall()
-        _put_outbox(conn, [reports.indeterminate_record(r) for r in rows], now)
-
-
-def _put_outbox(conn: sqlite3.Connection, records: Sequence[OutboxRecord], now: float) -> None:
-    conn.executemany(
-        "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-        [(e.record_id, e.topic, e.body, now) for e in records],
-    )
+        _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
 
 
 def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:
@@ -647,14 +710,33 @@ def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:
                        r["updated_by"])
 
 
-def _pause(conn: sqlite3.Connection, team: str, site: str, retention: bool, reason: str) -> list[str]:
-    """Pause the team's running trials pinned to another site or retention; their ids."""
+def _pause(
+    conn: sqlite3.Connection, team: str, site: str, retention: bool, reason: str,
+    effects: Mapping[str, Sequence[Effect]] | None, now: float,
+) -> list[str]:
+    """Pause the team's running trials pinned to another site or retention, writing the
+    effects given for each one paused; their ids."""
     rows = conn.execute(
         "UPDATE trials SET status='posture_changed', status_reason=? WHERE team=? AND status='running' "
         "AND (execution_site != ? OR prompt_retention != ?) RETURNING id",
         (reason, team, site, int(retention)),
     ).fetchall()
-    return sorted(r["id"] for r in rows)
+    paused = sorted(r["id"] for r in rows)
+    if effects:
+        for trial_id in paused:
+            _enqueue(conn, effects.get(trial_id, ()), now)
+    return paused
+
+
+def _enqueue(conn: sqlite3.Connection, effects: Sequence[Effect], at: float) -> int:
+    """Write outbox records, each unless its id is there already; how many went in."""
+    added = 0
+    for e in effects:
+        added += conn.execute(
+            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+            (e.record_id, e.topic, e.body, at),
+        ).rowcount
+    return added
 
 
 def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:

@@ -82,6 +82,7 @@ class UplinkKit:
             return []
         conn = sqlite3.connect(self.db)
         try:
-            return [(r[0], bytes(r[1])) for r in conn.execute("SELECT id, body FROM records WHERE kind = ?", (kind,))]
+            rows = conn.execute("SELECT id, body FROM collected_records WHERE kind = ? ORDER BY seq", (kind,))
+            return [(r[0], bytes(r[1])) for r in rows]
         finally:
             conn.close()

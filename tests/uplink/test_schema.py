@@ -17,6 +17,7 @@ from uplink.schema import (
     CaseResult,
     ExchangeRecord,
     SchemaError,
+    TrialSpec,
     TrialState,
     UnknownRecord,
     decode_batch,
@@ -37,7 +38,20 @@ def case_result(**over: object) -> CaseResult:
     return CaseResult(**fields)  # type: ignore[arg-type]
 
 
-def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord]:
+def trial_spec(**over: object) -> TrialSpec:
+    fields: dict[str, object] = dict(
+        id="trial_spec:t1:5", trial_id="t1", team="payments", revision=5, status="running",
+        execution_site="control_plane", prompt_retention=True, incumbent_model="gpt-big", candidate_model="gpt-small",
+        sample_rate=0.5, cap_micros=10_000_000, expected_cases=400, delta=0.05, min_cases=30, audit_share=0.1,
+        candidate_max_tokens=512, candidate_price_in=500_000, candidate_price_out=2_000_000, judge_price_in=1_000_000,
+        judge_price_out=4_000_000, judge_model="judge", judge_version_id="jv1", judge_version_name="paired-v1",
+        judge_spec_json='{"name": "paired-v1"}', created_at=1.0,
+    )
+    fields.update(over)
+    return TrialSpec(**fields)  # type: ignore[arg-type]
+
+
+def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec]:
     return [
         case_result(),
         TrialState(id="trial:t1:3", trial_id="t1", team="payments", revision=3, status="running", at=1.0,
@@ -48,6 +62,7 @@ def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord]
         ExchangeRecord(id="exchange:t1:x1", trial_id="t1", team="payments", exchange_id="x1", gateway="gw",
                        model="gpt-big", request={"messages": [{"role": "user", "content": "hi"}]},
                        response={"content": "hello"}),
+        trial_spec(),
     ]
 
 
@@ -128,3 +143,37 @@ def test_only_the_exchange_kind_can_carry_content() -> None:
             text = "str" in repr(f.type)
             assert not text or f.name in free_text_ok, f"{kind.__name__}.{f.name} could carry text"
             assert "Any" not in repr(f.type), f"{kind.__name__}.{f.name} could carry anything"
+
+
+def test_an_older_collector_keeps_a_trial_spec_raw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collector from before ``trial_spec`` (its KINDS without it) keeps the record as it came and
+    acknowledges it; a newer one reads the same bytes."""
+    import uplink.schema as schema
+
+    body = encode_batch("s", 1.0, [encode_record(case_result()), encode_record(trial_spec())])
+    monkeypatch.setattr(schema, "KINDS", ("case_result", "trial_state", "alert", "exchange"))
+    _, (known, unknown) = decode_batch(body)
+    assert known == case_result()
+    assert isinstance(unknown, UnknownRecord) and (unknown.id, unknown.kind) == ("trial_spec:t1:5", "trial_spec")
+    monkeypatch.undo()
+    _, (again,) = decode_batch(encode_batch("s", 2.0, [unknown.raw]))
+    assert again == trial_spec()
+
+
+def test_an_older_trial_spec_is_read_with_defaults() -> None:
+    """Fields with defaults may be absent (a sender that knew fewer of them)."""
+    wire = json.loads(encode_record(trial_spec()))
+    for name in ("incumbent_price_in", "incumbent_price_out", "status_reason", "route", "gateway", "started_by"):
+        wire.pop(name, None)
+    _, (back,) = decode_batch(json.dumps({"schema": 1, "sidecar_id": "s", "sent_at": 1.0, "records": [wire]}).encode())
+    assert back == trial_spec()
+
+
+def test_a_trial_spec_carries_no_content() -> None:
+    """Its texts are ids, model names, the judge's spec and the reason an operator or the posture wrote."""
+    assert "trial_spec" not in CONTENT_KINDS
+    texts = {f.name for f in msgspec.structs.fields(TrialSpec) if "str" in repr(f.type)}
+    assert texts <= {"id", "trial_id", "team", "status", "execution_site", "incumbent_model", "candidate_model",
+                     "judge_model", "judge_version_id", "judge_version_name", "judge_spec_json", "status_reason",
+                     "route", "gateway", "started_by"}
+    assert not any("Any" in repr(f.type) for f in msgspec.structs.fields(TrialSpec))

@@ -1,0 +1,160 @@
+"""The collector's engine: control-plane trials run from the exchanges the collector stored.
+
+The same :class:`~sidecar.engine.engine.Engine` a sidecar runs, with ``site="control_plane"``
+(so it runs only trials pinned there, rule 7), the collector's own providers, models and
+judge (the ``[providers]``, ``[models]``, ``[judge]``, ``[prices]`` and ``[engine]`` tables of
+its config), and its own store — the collector's. Every case goes through the store's
+ledger, so the cap is the trial's cap, and ``claim_case`` deduplicates (trial, exchange):
+a case is judged once however often its exchange is offered.
+
+No shedding here: the engine is driven from the *stored* records. One task offers the
+stored exchanges of running control-plane trials that have no case yet
+(:meth:`~sidecar.store.base.CollectedStore.pending_exchanges`) as the engine's hand-off has
+room; it looks again when a batch is stored, when a case finishes, and every
+``POLL_S``. An exchange is acknowledged to the sidecar once stored, so a collector that
+restarts loses nothing: what it had not claimed is offered again by the next life (a case
+in flight at a crash is marked ``indeterminate`` by recovery, like a sidecar's, and not re-run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Callable
+
+import msgspec
+
+from policies.site import Site
+from sidecar.config import Config
+from sidecar.engine.engine import Claim, Engine
+from sidecar.engine.handoff import Handoff
+from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
+from sidecar.ingest.routing import RoutingTable
+from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
+from sidecar.store import make_store
+from sidecar.store.base import Store
+from sidecar.telemetry import CountingFunnel
+from uplink.schema import ExchangeRecord
+
+log = logging.getLogger("shadowtrial.control_plane")
+
+SITE: Site = "control_plane"
+#: How often stored exchanges are looked at when nothing wakes the driver.
+POLL_S = 0.5
+
+_exchange = msgspec.json.Decoder(ExchangeRecord)
+
+
+def claim_of(body: bytes) -> Claim:
+    """The engine's claim of a stored ``exchange`` record. Raises ``msgspec.ValidationError``
+    (or ``DecodeError``) for a body that is not one."""
+    rec = _exchange.decode(body)
+    return Claim(rec.trial_id, Exchange(
+        exchange_id=rec.exchange_id, team=rec.team, model=rec.model,
+        request=msgspec.convert(rec.request, ExchangeRequest), response=msgspec.convert(rec.response, ExchangeResponse),
+        gateway=rec.gateway, route=rec.route, served_at=rec.served_at, latency_ms=rec.latency_ms,
+    ))
+
+
+class ControlPlane:
+    """The engine of ``shadowtrial collector`` and the task that drives it (see the module's docs).
+
+    ``start(store)``: the engine opens its own connection to ``location`` (the collector's
+    store); ``store`` is the collector's main-loop connection the driver reads from.
+    ``stop()``: the driver first, then the engine (drain within ``[engine] drain_seconds``;
+    cases still in flight are retired ``indeterminate``)."""
+
+    def __init__(self, config: Config, *, location: str, clock: Callable[[], float] = time.time) -> None:
+        self.handoff: Handoff[Claim] = Handoff(max(config.engine.workers * 4, 16))
+        self.funnel = CountingFunnel()
+        settings = dataclasses.replace(engine_settings(config, flush_funnel=True), gateway="", posture_teams=())
+        lock_timeout = config.store.lock_timeout_seconds
+        self.engine = Engine(
+            settings=settings,
+            open_store=lambda: make_store(location, lock_timeout_s=lock_timeout),
+            open_providers=lambda: open_providers(config),
+            resolve=resolver(config, price_book(config)),
+            routing=RoutingTable(),
+            funnel=self.funnel,
+            handoff=self.handoff,
+            on_progress=self._progressed,
+            clock=clock,
+            site=SITE,
+        )
+        self._store: Store | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: (trial, exchange) offered and not yet seen with a case; bodies that are not exchanges.
+        self._offered: set[tuple[str, str]] = set()
+        self._bad: set[bytes] = set()
+        #: Claims offered to the engine in all.
+        self.offered = 0
+
+    async def start(self, store: Store) -> None:
+        self._store = store
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        await self.engine.start()
+        self._task = asyncio.create_task(self._drive(), name="shadowtrial-control-plane")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.engine.stop()
+
+    def wake(self) -> None:
+        """Look at the stored exchanges now (on the collector's loop)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def _progressed(self) -> None:
+        """On the engine's thread: a case finished, so the hand-off has room."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.wake)
+
+    async def _drive(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            try:
+                await self.offer_pending()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("reading stored exchanges failed (%s); trying again", type(exc).__name__)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=POLL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def offer_pending(self) -> int:
+        """Offer stored exchanges without a case to the engine, as many as it has room for."""
+        assert self._store is not None
+        room = self.handoff.maxsize - self.handoff.depth
+        if room <= 0:
+            return 0
+        bodies = await self._store.pending_exchanges(limit=room + len(self._offered) + len(self._bad))
+        pending: list[tuple[tuple[str, str], Claim]] = []
+        for body in bodies:
+            if body in self._bad:
+                continue
+            try:
+                claim = claim_of(body)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                log.error("a stored exchange record cannot be run (%s); it is skipped", type(exc).__name__)
+                self._bad.add(body)
+                continue
+            pending.append(((claim.trial_id, claim.exchange.exchange_id), claim))
+        # What is no longer pending has its case now (claimed, run, or counted).
+        self._offered &= {key for key, _ in pending}
+        fresh = [(key, claim) for key, claim in pending if key not in self._offered][:room]
+        taken = self.handoff.offer_many([claim for _, claim in fresh])
+        self._offered.update(key for key, _ in fresh[:taken])
+        self.offered += taken
+        return taken

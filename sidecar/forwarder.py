@@ -1,0 +1,142 @@
+"""The sink of execution site ``control_plane``: sampled exchanges go to the collector.
+
+For a trial pinned to the control plane the sidecar stops at "sample" (DESIGN.md section 2):
+the tap offers the claim to this sink's :attr:`Forwarder.handoff` instead of the engine's,
+and the collector runs the case with its own providers and judge (issue 11 item 5).
+
+The shape of the engine's hand-off: the tap's :meth:`~sidecar.engine.handoff.Handoff.offer_many`
+never waits; a full buffer refuses the *newest* claims, which the tap counts
+``shed_queue_full``. One task on the main loop takes batches and writes each claim as an
+:class:`~uplink.schema.ExchangeRecord` (bodies included, ``id``
+``exchange:<trial_id>:<exchange_id>``) into the outbox, one transaction per batch
+(:meth:`~sidecar.store.base.OutboxDelivery.enqueue_outbox`, the first copy of an id wins);
+the delivery loop sends them with everything else, in outbox order.
+
+Funnel. A forwarded claim is counted nowhere here: its one funnel outcome is the collector's.
+A claim whose trial is no longer routed here when its turn comes (paused, stopped, or
+re-pinned since) is not forwarded and is counted ``shed_stopped``; one of a trial that is
+not pinned to the control plane with retention on (the predicate makes that impossible; it
+is checked all the same, content must never leave for a trial whose posture forbids it) is
+counted ``not_at_site`` and logged. A store failure is retried with the batch after a pause;
+at shutdown what is still buffered after the drain deadline is counted ``shed_stopped``.
+Claims wait here in memory only (the intake journal holds the local engine's claims): a
+crash loses at most the buffer, uncounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Callable
+
+import msgspec
+
+from sidecar.engine.engine import Claim
+from sidecar.engine.handoff import Handoff
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.routing import RoutingTable
+from sidecar.redact import describe
+from sidecar.store.base import Store
+from sidecar.store.records import OutboxRecord
+from uplink.schema import ExchangeRecord, encode_record
+
+log = logging.getLogger("shadowtrial.forwarder")
+
+SITE = "control_plane"
+TOPIC = "exchange"
+#: The most claims written in one transaction.
+BATCH = 200
+#: The pause before a failed write is tried again.
+RETRY_S = 0.5
+
+
+def exchange_record(claim: Claim) -> ExchangeRecord:
+    """The wire record of a claim: the exchange as the gateway sent it, under the trial."""
+    ex = claim.exchange
+    return ExchangeRecord(
+        id=f"exchange:{claim.trial_id}:{ex.exchange_id}", trial_id=claim.trial_id, team=ex.team,
+        exchange_id=ex.exchange_id, gateway=ex.gateway, model=ex.model,
+        request=msgspec.to_builtins(ex.request), response=msgspec.to_builtins(ex.response),
+        served_at=ex.served_at, latency_ms=ex.latency_ms, route=ex.route,
+    )
+
+
+class Forwarder:
+    """Claims of control-plane trials, from the tap into the outbox; see the module's docs."""
+
+    def __init__(
+        self, store: Store, routing: RoutingTable, funnel: FunnelCounter, *, queue_size: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.handoff: Handoff[Claim] = Handoff(queue_size)
+        self._store = store
+        self._routing = routing
+        self._funnel = funnel
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        #: Claims written to the outbox, and those not forwarded, by reason.
+        self.forwarded = 0
+        self.dropped: Counter[str] = Counter()
+
+    async def start(self) -> None:
+        self.handoff.attach(asyncio.get_running_loop())
+        self._task = asyncio.create_task(self._run(), name="shadowtrial-forwarder")
+
+    async def stop(self, drain_s: float) -> None:
+        """Stop accepting, write what is buffered within ``drain_s``, count the rest ``shed_stopped``."""
+        self.handoff.close()
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout=drain_s)
+            except asyncio.TimeoutError:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        for claim in self.handoff.drain_remaining():
+            self._funnel.add(claim.trial_id, "shed_stopped")
+
+    async def _run(self) -> None:
+        while True:
+            claims = await self.handoff.take_many(BATCH)
+            if not claims:  # closed and empty
+                return
+            taken = self._records(claims)
+            records = [r for _, r in taken]
+            while records:
+                try:
+                    await self._store.enqueue_outbox(records, now=self._clock())
+                except asyncio.CancelledError:
+                    for trial_id, _ in taken:  # counted, never lost silently
+                        self._funnel.add(trial_id, "shed_stopped")
+                    raise
+                except Exception as exc:
+                    log.error("forwarding %d exchange(s) to the outbox failed (%s); trying again", len(records),
+                              describe(exc))
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                self.forwarded += len(records)
+                break
+
+    def _records(self, claims: list[Claim]) -> list[tuple[str, OutboxRecord]]:
+        """(trial id, outbox record) of each claim that may be forwarded; the others counted."""
+        routes = self._routing.current
+        out: list[tuple[str, OutboxRecord]] = []
+        for claim in claims:
+            route = routes.get(claim.trial_id)
+            if route is None:
+                self._drop(claim, "shed_stopped")
+                continue
+            if route.execution_site != SITE or not route.prompt_retention:
+                log.error("trial %s is not pinned to the control plane with retention on: its exchange is not "
+                          "forwarded", claim.trial_id)
+                self._drop(claim, "not_at_site")
+                continue
+            record = exchange_record(claim)
+            out.append((claim.trial_id, OutboxRecord(record_id=record.id, topic=TOPIC,
+                                                     body=encode_record(record).decode())))
+        return out
+
+    def _drop(self, claim: Claim, outcome: str) -> None:
+        self.dropped[outcome] += 1
+        self._funnel.add(claim.trial_id, outcome)

@@ -1,0 +1,92 @@
+"""The store's part in control-plane execution (issue 11 item 5), on SQLite and PostgreSQL:
+``enqueue_outbox`` (forwarded exchanges), outbox effects written in the same transaction as a
+trial's creation and status changes, and the collector's records (``CollectedStore``)."""
+
+from __future__ import annotations
+
+from sidecar.store import Store
+from sidecar.store.records import Collected
+from tests.store.factories import effect, start, trial
+
+
+async def test_enqueue_outbox_keeps_the_first_copy_of_an_id_in_one_transaction(store: Store) -> None:
+    assert await store.enqueue_outbox([effect("exchange:t1:x1", "a"), effect("exchange:t1:x2", "b")], now=1.0) == 2
+    assert await store.enqueue_outbox([effect("exchange:t1:x2", "changed"), effect("exchange:t1:x3", "c")],
+                                      now=2.0) == 1
+    assert await store.enqueue_outbox([], now=3.0) == 0
+    assert [(o.record_id, o.body) for o in await store.outbox()] == [
+        ("exchange:t1:x1", "a"), ("exchange:t1:x2", "b"), ("exchange:t1:x3", "c")]
+    assert await store.outbox_depth() == 3
+    got = await store.claim_outbox("A", limit=10, lease_s=30, now=4.0)
+    assert [r for r, _ in got] == ["exchange:t1:x1", "exchange:t1:x2", "exchange:t1:x3"]
+
+
+async def test_trial_changes_write_their_effects_only_when_they_change(store: Store) -> None:
+    await store.create_trial(trial("t1"), idempotency_key="k", body_hash="h", effects=(effect("spec:1"),))
+    await store.create_trial(trial("t2"), idempotency_key="k", body_hash="h", effects=(effect("spec:dup"),))
+    _, changed = await store.set_trial_status("t1", "posture_changed", "moved", ended=False, now=2.0,
+                                              effects=(effect("spec:2"),))
+    assert changed
+    _, changed = await store.set_trial_status("t1", "posture_changed", "moved", ended=False, now=3.0,
+                                              effects=(effect("spec:nope"),))
+    assert not changed
+    _, changed = await store.resume_trial("t1", paused=("posture_changed",), started_by="bob",
+                                          execution_site="control_plane", effects=(effect("spec:3"),), now=4.0)
+    assert changed
+    _, changed = await store.resume_trial("t1", paused=("posture_changed",), started_by="bob",
+                                          effects=(effect("spec:nope2"),), now=5.0)
+    assert not changed
+    assert [o.record_id for o in await store.outbox()] == ["spec:1", "spec:2", "spec:3"]
+
+
+async def test_a_posture_pause_writes_the_effects_of_the_trials_it_paused(store: Store) -> None:
+    await store.create_trial(trial("cp", team="a", execution_site="control_plane"))
+    await store.create_trial(trial("loc", team="a", execution_site="local"))
+    written = await store.put_posture(
+        "a", prompt_retention=True, cut_over=False, expected_revision=None, site="local", now=1.0, by="x",
+        reason="r", effects={"cp": (effect("spec:cp"),), "loc": (effect("spec:loc"),)},
+    )
+    assert written.paused == ("cp",)
+    assert [o.record_id for o in await store.outbox()] == ["spec:cp"]
+    await store.create_trial(trial("cp2", team="a", execution_site="control_plane"))
+    assert await store.pause_mismatched("a", site="local", prompt_retention=True, reason="r", now=2.0,
+                                        effects={"cp2": (effect("spec:cp2"),)}) == ["cp2"]
+    assert [o.record_id for o in await store.outbox()] == ["spec:cp", "spec:cp2"]
+
+
+def _held(rid: str, kind: str, trial_id: str = "t1", **kw: object) -> Collected:
+    return Collected(id=rid, kind=kind, sidecar_id="s1", body=rid.encode(), received_at=1.0, team="a",
+                     trial_id=trial_id, **kw)  # type: ignore[arg-type]
+
+
+async def test_collected_records_are_kept_once_and_read_per_trial(store: Store) -> None:
+    assert await store.put_collected([_held("case:c1", "case_result"), _held("case:c2", "case_result")]) == [
+        "case:c1", "case:c2"]
+    assert await store.put_collected([_held("case:c2", "case_result"), _held("trial:t1:2", "trial_state", revision=2),
+                                      _held("trial:t1:1", "trial_state", revision=1)]) == ["trial:t1:2", "trial:t1:1"]
+    assert await store.collected_trials() == [{"trial_id": "t1", "state": b"trial:t1:2", "case_results": {"a": 2}}]
+    assert await store.latest_spec("t1") is None
+    await store.put_collected([_held("trial_spec:t1:9", "trial_spec", revision=9),
+                               _held("trial_spec:t1:3", "trial_spec", revision=3)])
+    assert await store.latest_spec("t1") == b"trial_spec:t1:9"
+
+
+async def test_pending_exchanges_are_those_of_running_control_plane_trials_without_a_case(store: Store) -> None:
+    await store.create_trial(trial("t1", execution_site="control_plane"))
+    await store.create_trial(trial("t2", execution_site="local"))
+    await store.put_collected([
+        _held("exchange:t1:x1", "exchange", exchange_id="x1"),
+        _held("exchange:t1:x2", "exchange", exchange_id="x2"),
+        _held("exchange:t2:x1", "exchange", trial_id="t2", exchange_id="x1"),
+        _held("exchange:t9:x1", "exchange", trial_id="t9", exchange_id="x1"),  # a trial it does not know
+    ])
+    assert await store.pending_exchanges(limit=10) == [b"exchange:t1:x1", b"exchange:t1:x2"]
+    assert await store.pending_exchanges(limit=1) == [b"exchange:t1:x1"]
+    assert await store.claim_case(start("c1", exchange_id="x1")) == "claimed"
+    assert await store.pending_exchanges(limit=10) == [b"exchange:t1:x2"]
+    await store.set_trial_status("t1", "posture_changed", "moved", ended=False, now=2.0)
+    assert await store.pending_exchanges(limit=10) == [], "a paused trial's exchanges wait"
+    await store.set_trial_status("t1", "stopped", "stopped", ended=True, now=3.0)
+    assert await store.pending_exchanges(limit=10) == [b"exchange:t1:x2"], "an ended trial's are counted once"
+    assert await store.claim_case(start("c2", exchange_id="x2")) == "not_running"
+    assert await store.pending_exchanges(limit=10) == []
