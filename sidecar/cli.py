@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from sidecar import compare_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.render import render_live, render_trial, render_trial_list
 from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
@@ -111,6 +112,9 @@ CREATE_FIELDS: dict[str, tuple[str, ...]] = {
     "candidate_price": ("candidate_price",),
     "judge_price": ("judge_price",),
     "incumbent_price": ("incumbent_price",),
+    "replay_from": ("source", "from"),
+    "replay_to": ("source", "to"),
+    "sample_size": ("sample_size",),
 }
 
 
@@ -198,6 +202,10 @@ def _parser() -> argparse.ArgumentParser:
              "options prints the trial the first run created instead of creating another (the same key with other "
              "options is refused, 409). Without one, every run creates a new trial.",
     )
+    create.add_argument("--replay-from", help="replay the retention window from this time (RFC 3339) instead of "
+                                              "running on live traffic")
+    create.add_argument("--replay-to", help="the end of the replayed window (RFC 3339, exclusive)")
+    create.add_argument("--sample-size", type=int, help="replay at most this many exchanges of the window")
     lst = tsub.add_parser("list", help="list trials")
     client(lst)
     lst.add_argument("--status", choices=STATUSES, help="only trials in this status")
@@ -206,6 +214,8 @@ def _parser() -> argparse.ArgumentParser:
         sp = tsub.add_parser(name, help=f"{name} a trial")
         client(sp)
         sp.add_argument("trial_id", type=_trial_id)
+
+    compare_cli.add_parser(sub, client)
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
@@ -297,6 +307,8 @@ def create_body(args: argparse.Namespace) -> dict[str, Any]:
         for key in path[:-1]:
             target = target.setdefault(key, {})
         target[path[-1]] = value
+    if "source" in body:
+        body["source"]["kind"] = "replay"
     return body
 
 
@@ -314,6 +326,8 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 0
     if args.command == "teams":
         return _posture_command(args, base, auth)
+    if args.command == "compare":
+        return compare_cli.run(args, base, auth)
     if args.action == "create":
         headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
         data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers | auth)

@@ -22,6 +22,8 @@ CLI's business) and variables that ``api_key_env`` / ``token_env`` name.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import math
 import re
@@ -405,6 +407,34 @@ class TeamConfig(_Section, frozen=True):
     prompt_retention: bool = True
 
 
+class RetentionConfig(_Section, frozen=True):
+    """``[retention]``: the window of served exchanges kept for replay trials (docs: README,
+    "Retention window"), for teams whose prompt retention is on. Off while ``key_env`` is
+    empty: nothing is kept and replay answers ``409 retention_unavailable``.
+
+    ``key_env`` names the environment variable holding the AES-256-GCM key (32 bytes,
+    URL-safe base64) every retained body is sealed with. An exchange is evicted once older
+    than ``window_seconds`` or when keeping it would pass ``max_count`` exchanges or
+    ``max_bytes`` sealed bytes (oldest first, each eviction counted). ``buffer_size`` bounds
+    the exchanges waiting to be written, off the serving path; a full buffer sheds the newest
+    and counts them."""
+
+    key_env: str = ""
+    window_seconds: Annotated[float, msgspec.Meta(gt=0, le=86_400 * 366)] = 7 * 86_400.0
+    max_count: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 1_000_000
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 44)] = 4 << 30
+    buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.key_env)
+
+    def _validate(self) -> None:
+        if self.key_env:
+            _check_env_name("key_env", self.key_env)
+
+
 class SidecarConfig(_Section, frozen=True):
     """This sidecar itself (``[sidecar]``). ``gateway``: the name of the gateway it serves;
     with it, the sidecar reports that gateway's content-uplink setting (``[uplink] content``)
@@ -553,11 +583,20 @@ class Secrets(Mapping[str, str]):
     show which providers have a key, never a key.
     """
 
-    __slots__ = ("_keys", "_tap_token")
+    __slots__ = ("_keys", "_tap_token", "_retention_key")
 
-    def __init__(self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None) -> None:
+    def __init__(
+        self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None,
+        retention_key: bytes | None = None,
+    ) -> None:
         self._keys = dict(provider_keys or {})
         self._tap_token = tap_token
+        self._retention_key = retention_key
+
+    @property
+    def retention_key(self) -> bytes | None:
+        """The retention window's AES-256-GCM key (``retention.key_env``), or ``None``."""
+        return self._retention_key
 
     @property
     def tap_token(self) -> str | None:
@@ -576,7 +615,9 @@ class Secrets(Mapping[str, str]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secrets):
             return NotImplemented
-        return self._keys == other._keys and self._tap_token == other._tap_token
+        return (self._keys, self._tap_token, self._retention_key) == (
+            other._keys, other._tap_token, other._retention_key
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -605,6 +646,7 @@ class Config(_Section, frozen=True):
     models: dict[str, ModelConfig] = {}
     teams: dict[str, TeamConfig] = {}
     sidecar: SidecarConfig = msgspec.field(default_factory=SidecarConfig)
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     uplink: UplinkConfig = msgspec.field(default_factory=UplinkConfig)
     collector: CollectorConfig = msgspec.field(default_factory=CollectorConfig)
@@ -851,6 +893,9 @@ def _secret_names(raw: dict[str, Any]) -> set[str]:
     tap = raw.get("tap")
     if isinstance(tap, dict) and isinstance(tap.get("token_env"), str):
         names.add(tap["token_env"])
+    retention = raw.get("retention")
+    if isinstance(retention, dict) and isinstance(retention.get("key_env"), str):
+        names.add(retention["key_env"])
     providers = raw.get("providers")
     if isinstance(providers, dict):
         for entry in providers.values():
@@ -922,6 +967,24 @@ def _read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
         # token with a space or another character could never match. (The value is not shown.)
         problems.append(f"tap.token_env names {config.tap.token_env}, whose value is not one word of visible ASCII")
         token = None
+    retention_key = None
+    if config.retention.key_env:
+        encoded = read(config.retention.key_env, "retention.key_env")
+        if encoded is not None:
+            retention_key = _aes_key(encoded)
+            if retention_key is None:  # the value is never shown
+                problems.append(f"retention.key_env names {config.retention.key_env}, whose value is not 32 bytes "
+                                "in URL-safe base64 (make one: python -c \"import os, base64; "
+                                "print(base64.urlsafe_b64encode(os.urandom(32)).decode())\")")
     if problems:
         raise ConfigError("; ".join(problems))
-    return Secrets(keys, tap_token=token)
+    return Secrets(keys, tap_token=token, retention_key=retention_key)
+
+
+def _aes_key(encoded: str) -> bytes | None:
+    """A 256-bit key from its URL-safe base64 text (padding optional), or None."""
+    try:
+        key = base64.urlsafe_b64decode(encoded.strip() + "=" * (-len(encoded.strip()) % 4))
+    except (ValueError, binascii.Error):
+        return None
+    return key if len(key) == 32 else None

@@ -67,7 +67,8 @@ def render_trial_list(items: list[dict[str, Any]]) -> str:
     if not items:
         return "no trials"
     rows = [
-        (t["id"], t["team"], t["status"], t["candidate_model"], t["incumbent_model"], t["verdict"]["wording"],
+        (t["id"], t["team"], t["status"] + (" (replay)" if t.get("source", {}).get("kind") == "replay" else ""),
+         t["candidate_model"], t["incumbent_model"], t["verdict"]["wording"],
          str(t["verdict"]["cases"]), usd(t["spend"]["known_micros"]))
         for t in items
     ]

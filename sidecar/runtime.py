@@ -42,6 +42,9 @@ from sidecar.forwarder import SITE as FORWARDED_SITE, Forwarder
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
+from sidecar.retention.replay import ReplayFeeder
+from sidecar.retention.seal import Sealer
+from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
@@ -140,6 +143,19 @@ class Runtime:
         intake = config.store.intake_dir
         #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`).
         self.journal: Journal | None = Journal(intake) if intake else None
+        #: The retention window (``[retention]`` with a key): the tap offers it every exchange.
+        self.retention: RetentionWindow | None = None
+        if config.retention.enabled and config.secrets.retention_key is not None:
+            self.retention = RetentionWindow(
+                config.retention, Sealer(config.secrets.retention_key), self.store, self.counters,
+                default_retention=self.prompt_retention, clock=clock,
+            )
+        #: Replay trials' feeders (:mod:`sidecar.retention.replay`); without a retention key it
+        #: feeds nothing (no replay can be created, and a running one waits for its key).
+        self.replays = ReplayFeeder(
+            self.store, self.handoff, Sealer(config.secrets.retention_key) if config.secrets.retention_key else None,
+            self.funnel, clock=clock,
+        )
         self.ready = False
         #: What ``/readyz`` says while not ready.
         self.unready_reason = "starting or stopping"
@@ -163,6 +179,9 @@ class Runtime:
             await self._close_telemetry()
             raise
         self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
+        if self.retention is not None:
+            self.retention.start()
+        await self.replays.resume()
         if self.config.uplink.enabled:
             try:
                 self.delivery = open_delivery(self.config.uplink, self.store)
@@ -187,7 +206,10 @@ class Runtime:
 
     async def stop(self) -> None:
         self.ready = False
+        await self.replays.stop()
         await self.engine.stop()
+        if self.retention is not None:
+            await self.retention.stop()
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)

@@ -12,7 +12,8 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Callable, Sequence, get_args
+from datetime import datetime
+from typing import Annotated, Callable, Literal, Sequence, get_args
 
 import msgspec
 
@@ -72,6 +73,16 @@ class JudgeIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
 
 
+class SourceIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Where a trial's exchanges come from: ``live`` (the tap, the default) or ``replay`` (the
+    team's retention window, exchanges served in ``[from, to)``; RFC 3339 times, UTC when they
+    carry no offset). See :mod:`sidecar.services.replay`."""
+
+    kind: Literal["live", "replay"] = "live"
+    from_: datetime | None = msgspec.field(default=None, name="from")
+    to: datetime | None = None
+
+
 class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The body of ``POST /v1/trials``. Unknown fields are refused (typos are caught)."""
 
@@ -96,6 +107,10 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     candidate_price: PriceIn | None = None
     judge_price: PriceIn | None = None
     incumbent_price: PriceIn | None = None
+    #: A replay trial's window (``{"kind": "replay", "from": ..., "to": ...}``); absent: live.
+    source: SourceIn | None = None
+    #: A replay trial replays at most this many exchanges of its window (default: all of them).
+    sample_size: Cases | None = None
 
 
 _create_decoder = msgspec.json.Decoder(TrialCreate)

@@ -65,7 +65,7 @@ def case_result(subject: Subject, finish: CaseFinish) -> CaseResult:
 
 def uplink_case_result(subject: Subject, finish: CaseFinish) -> tuple[Effect, ...]:
     """The :data:`~sidecar.engine.subjects.FinishHook` the runtime installs with ``[uplink]``."""
-    if subject.kind != "trial":
+    if subject.kind not in ("trial", "replay"):  # a replay trial is a trial: traffic evidence
         return ()
     record = case_result(subject, finish)
     return (OutboxRecord(record_id=record.id, topic=TOPIC, body=encode_record(record).decode()),)

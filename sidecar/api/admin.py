@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import aclosing
 from typing import Any, Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
@@ -18,6 +19,7 @@ from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
+from sidecar.services.compare import CompareService, decode_compare
 from sidecar.services.trials import TrialService
 from sidecar.telemetry.names import METRICS
 from sidecar.store.errors import IdempotencyConflict
@@ -32,6 +34,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 TRIALS: web.AppKey[TrialService] = web.AppKey("trials", TrialService)
 POSTURE: web.AppKey[PostureService] = web.AppKey("posture", PostureService)
+COMPARE: web.AppKey[CompareService] = web.AppKey("compare", CompareService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -154,6 +157,25 @@ async def put_posture(request: web.Request) -> web.Response:
     return _posture_answer(await request.app[POSTURE].put(principal_of(request), team, body, expected))
 
 
+async def compare(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/compare``: refusals as JSON errors; then server-sent events as answers arrive.
+    Nothing of it is kept (sidecar.services.compare); no route reads a past compare."""
+    service = request.app[COMPARE]
+    try:
+        plan = service.plan(principal_of(request), decode_compare(await read_body(request)))
+    except ApiError:
+        request.app[RUNTIME].counters["compare_refused"] += 1
+        raise
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    await response.prepare(request)
+    async with aclosing(service.events(plan)) as events:  # a client gone: its calls are cancelled at once
+        async for event in events:
+            await response.write(event)
+    await response.write_eof()
+    return response
+
+
 async def live(request: web.Request) -> web.Response:
     return _json(await request.app[TRIALS].live(principal_of(request)))
 
@@ -230,7 +252,7 @@ def admin_app(rt: Any) -> web.Application:
         middlewares=[
             authn_middleware(verifier, Revocations(rt.config.auth.revoked_subjects_file)),
             errors_middleware,
-            store_guard(rt.config.admin.request_timeout_seconds),
+            store_guard(rt.config.admin.request_timeout_seconds, streams=frozenset({"/v1/compare"})),
         ],
         client_max_size=1 << 20,
         handler_args={"auto_decompress": False},
@@ -238,6 +260,7 @@ def admin_app(rt: Any) -> web.Application:
     app[RUNTIME] = rt
     app[TRIALS] = TrialService(rt)
     app[POSTURE] = PostureService(rt)
+    app[COMPARE] = CompareService(rt)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -248,6 +271,7 @@ def admin_app(rt: Any) -> web.Application:
         ("POST", "/v1/trials/{trial_id}/resume", resume_trial),
         ("GET", "/v1/teams/{team}/posture", get_posture),
         ("PUT", "/v1/teams/{team}/posture", put_posture),
+        ("POST", "/v1/compare", compare),
         ("GET", "/v1/live", live),
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),

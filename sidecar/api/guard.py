@@ -33,9 +33,14 @@ def _store_failure(exc: BaseException) -> bool:
     return module.startswith("asyncpg")
 
 
-def store_guard(timeout_s: float) -> Middleware:
+def store_guard(timeout_s: float, *, streams: frozenset[str] = frozenset()) -> Middleware:
+    """``streams``: paths of streaming routes that touch no store and bound their own time
+    (``/v1/compare``): a timeout cannot answer 503 once a stream has started."""
+
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in streams:
+            return await handler(request)
         try:
             async with asyncio.timeout(timeout_s):
                 return await handler(request)

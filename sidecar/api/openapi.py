@@ -16,6 +16,7 @@ from sidecar.trials import (
     IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, TrialCreate,
 )
 from sidecar.ingest.wire import Exchange, TapReply
+from sidecar.services.compare import CompareRequest
 from sidecar.services.posture import PostureIn
 
 _ERROR = {
@@ -65,8 +66,8 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def openapi_document() -> dict[str, Any]:
-    (create, exchange, reply, posture), components = msgspec.json.schema_components(
-        [TrialCreate, Exchange, TapReply, PostureIn], ref_template="#/components/schemas/{name}"
+    (create, exchange, reply, posture, compare), components = msgspec.json.schema_components(
+        [TrialCreate, Exchange, TapReply, PostureIn, CompareRequest], ref_template="#/components/schemas/{name}"
     )
     components["Error"] = _ERROR
     trial_id = [{"name": "trial_id", "in": "path", "required": True, "schema": {"type": "string"}}]
@@ -173,6 +174,19 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": _json_body(posture),
                     "responses": {"200": {"description": "posture after"}, **_errors(400, 403, 404, 412, 413, 415)},
                 },
+            },
+            "/v1/compare": {
+                "post": {
+                    "summary": "One prompt, 2 to 6 models, side by side, scored by the absolute judge; nothing is kept",
+                    "description": "Server-sent events as results arrive: answer (per model, arrival order), "
+                                   "score (absolute rubric family, 1-10, never a delta), done (spend and the "
+                                   "POST /v1/trials body for any two of the models). Needs the write role and "
+                                   "the content permission. No route lists or shows a past compare.",
+                    "requestBody": _json_body(compare),
+                    "responses": {"200": {"description": "event stream",
+                                          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                                  **_errors(400, 401, 403, 404, 409, 422)},
+                }
             },
             "/v1/live": {"get": {"summary": "Running trials, watches, alerts, evaluation spend",
                                  "responses": {"200": {"description": "live view"}}}},

@@ -60,7 +60,16 @@ def summary(r: TrialRecord) -> dict[str, Any]:
         "created_at": r.created_at,
         "ended_at": r.ended_at,
         "started_by": r.started_by,
+        "source": source_view(r),
     }
+
+
+def source_view(r: TrialRecord) -> dict[str, Any]:
+    """Live traffic, or a replay of the retention window (its window and progress)."""
+    if r.source != "replay":
+        return {"kind": "live"}
+    return {"kind": "replay", "from": r.source_from, "to": r.source_to, "sample_size": r.source_size,
+            "fed": r.replay_fed}
 
 
 def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:

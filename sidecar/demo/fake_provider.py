@@ -17,7 +17,8 @@ Generation answers embed a hidden quality marker ``⟨q=0.734⟩``. A judge mode
 reads the markers of the last user message that has them (first = answer A,
 second = B) and ends a short rationale with one label ``[[A>>B]]``, ``[[A>B]]``,
 ``[[A=B]]``, ``[[B>A]]`` or ``[[B>>A]]``; with fewer than two markers it says
-``[[A=B]]``.
+``[[A=B]]``. Asked by the absolute judge (a system message asking for ``[[rating: N]]``),
+it rates the one answer's marker ``q`` as ``[[rating: round(1 + 9q)]]``.
 
 Faults (also the words of ``script``): ``ok``, ``429`` (with ``Retry-After``),
 ``500``, ``502``, ``503``, ``504``, ``timeout`` (the server stalls until it is
@@ -179,6 +180,10 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
             markers = [float(q) for q in MARKER_RE.findall(_text_of(message.get("content")))]
             if markers:
                 break
+    if any(m.get("role") == "system" and "[[rating: N]]" in _text_of(m.get("content")) for m in messages):
+        # The absolute judge (judge/absolute.py): one answer, rated from its marker.
+        rating = max(1, min(10, round(1 + 9 * markers[0]))) if markers else 5
+        return f"The answer is rated on its own. [[rating: {rating}]]"
     if forced == "bias" or (forced is None and u_bias < spec.position_bias):
         label, why = "A>B", "Assistant A's answer comes first and reads well."
     elif len(markers) < 2:

@@ -343,7 +343,7 @@ class Engine:
         try:
             subject = activate(
                 record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header,
-                wrap=self.telemetry.wrap,
+                wrap=self.telemetry.wrap, kind="replay" if record.source == "replay" else "trial",
             )
         except (LookupError, KeyError) as exc:
             log.error("trial %s cannot run on this sidecar: %s", record.id, exc)

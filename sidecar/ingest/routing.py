@@ -83,6 +83,12 @@ class Routes:
         return Routes(r for r in self._ids.values() if r.trial_id != trial_id)
 
 
+def tapped(record: TrialRecord) -> bool:
+    """Whether the tap routes live exchanges to ``record``: not a replay, which reads the
+    retention window instead (:mod:`sidecar.services.replay`)."""
+    return record.source == "live"
+
+
 class RoutingTable:
     """The current :class:`Routes`, swapped whole under a lock (readers take no lock)."""
 
@@ -97,6 +103,8 @@ class RoutingTable:
         return self._edits
 
     def add(self, record: TrialRecord) -> None:
+        if not tapped(record):
+            return
         with self._lock:
             self.current = self.current.with_route(Route.of(record))
             self._edits += 1
@@ -109,7 +117,7 @@ class RoutingTable:
     def replace(self, records: Iterable[TrialRecord], *, edits_seen: int) -> bool:
         """Install the running trials read from the store, unless a local edit came
         after the read began (``edits_seen``); returns whether it was installed."""
-        routes = Routes(Route.of(r) for r in records)
+        routes = Routes(Route.of(r) for r in records if tapped(r))
         with self._lock:
             if self._edits != edits_seen:
                 return False

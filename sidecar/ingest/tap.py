@@ -150,6 +150,8 @@ def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) 
             counts[(claim.trial_id, outcome)] += 1
     if counts:
         rt.funnel.add_many(counts)
+    if rt.retention is not None:  # buffered for its writer: never awaited here
+        rt.retention.offer(exchanges)
     for figure, n in screened.excluded.items():
         rt.counters[f"tap_figures_excluded_{figure}"] += n
     rt.counters["exchanges_received"] += len(exchanges)

@@ -201,6 +201,10 @@ class PostureService:
             )
         for trial_id in written.paused:
             rt.routing.remove(trial_id)
+        if rt.retention is not None:
+            rt.retention.note_posture(team, body.prompt_retention)
+        if not body.prompt_retention:  # nothing of the team stays in the retention window (DESIGN.md rule 8)
+            await rt.store.forget_retained(team)
         if written.paused:
             log.warning("team posture change paused %d trial(s) posture_changed", len(written.paused))
         answer = view(await current_posture(rt, team), rt.config.uplink.stale_seconds)

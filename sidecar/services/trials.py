@@ -26,6 +26,7 @@ from sidecar.runtime import Runtime
 from sidecar.services.access import require, require_create, visible
 from sidecar.services.posture import current_posture
 from sidecar.services.posture_report import pause_reason
+from sidecar.services.replay import as_replay, is_replay
 from sidecar.store.records import TrialRecord
 from sidecar.trial_spec import pause_effects, spec_effects
 from sidecar.trials import TrialCreate, build_trial
@@ -129,6 +130,8 @@ class TrialService:
             ),
             started_by=principal.subject,
         )
+        if is_replay(body):
+            record = await as_replay(rt, body, record, posture)
         if record.execution_site not in rt.sinks:
             raise BadRequest(_no_sink(body.team, record.execution_site), field="$.team")
         body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
@@ -139,6 +142,7 @@ class TrialService:
         created = stored.id == record.id
         if created:
             rt.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
+            rt.replays.feed(stored)  # a replay reads the retention window instead (no route)
             await self._recheck_posture(stored)
         # The key's fingerprint covers the team, so a repeat is the same team's trial; checked all the same.
         return await self.get(principal, stored.id), created
@@ -181,6 +185,10 @@ class TrialService:
         posture = await current_posture(rt, record.team)
         if posture.site not in rt.sinks:
             raise Conflict(_no_sink(record.team, posture.site) + "; the trial stays paused", code="site_unavailable")
+        if record.source == "replay" and not (posture.prompt_retention and posture.site == "local"):
+            raise Conflict(f"trial {trial_id} replays team {record.team!r}'s retention window, which its posture "
+                           "no longer keeps here (prompt retention off, or control-plane execution); the trial "
+                           "stays paused", code="site_unavailable" if posture.prompt_retention else "retention_off")
         now = rt.clock()
         updated, changed = await rt.store.resume_trial(
             trial_id, paused=PAUSED, started_by=principal.subject,
@@ -193,6 +201,7 @@ class TrialService:
         if not changed:
             raise Conflict(f"trial {trial_id} is {updated.status}, not paused", code="trial_not_paused")
         rt.routing.add(updated)
+        rt.replays.feed(updated)
         await self._recheck_posture(updated)
         return await self.get(principal, trial_id)
 

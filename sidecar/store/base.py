@@ -43,6 +43,9 @@ from sidecar.store.records import (
     LedgerKind,
     OutboxRecord,
     PostureWrite,
+    RetainedExchange,
+    RetainedSelection,
+    RetainResult,
     ReserveResult,
     TeamPosture,
     TrialRecord,
@@ -285,7 +288,45 @@ class CollectedStore(Protocol):
         ...
 
 
-class Store(TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, Protocol):
+class RetentionStore(Protocol):
+    """The retention window (:mod:`sidecar.retention`): sealed served exchanges, bounded by
+    age, count and bytes, evicted oldest first; and a replay trial's progress through it.
+    The store holds ciphertext only: it never sees a key."""
+
+    async def retain(
+        self, rows: Sequence[RetainedExchange], *, keep_after: float, max_count: int, max_bytes: int
+    ) -> RetainResult:
+        """One transaction: forget exchanges kept before ``keep_after``; add ``rows`` (an
+        exchange already kept for its team is not added twice); then forget the oldest until
+        at most ``max_count`` exchanges of at most ``max_bytes`` sealed bytes remain."""
+        ...
+
+    async def retained(self, selection: RetainedSelection, *, after_seq: int, limit: int) -> list[RetainedExchange]:
+        """Up to ``limit`` selected exchanges with ``seq > after_seq``, in ``seq`` order."""
+        ...
+
+    async def count_retained(self, selection: RetainedSelection) -> int:
+        """How many exchanges the selection holds now."""
+        ...
+
+    async def forget_retained(self, team: str) -> int:
+        """Forget every retained exchange of ``team`` (its prompt retention went off); how many."""
+        ...
+
+    async def retention_totals(self) -> dict[str, int]:
+        """``count`` and ``bytes`` (sealed) of the whole window."""
+        ...
+
+    async def save_replay_progress(self, trial_id: str, *, cursor: int, fed: int) -> None:
+        """Record how far a replay trial has fed (``TrialRecord.replay_cursor``/``replay_fed``);
+        never backwards."""
+        ...
+
+
+class Store(
+    TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, RetentionStore,
+    Protocol,
+):
     """Everything one process needs; opened and closed by the app's lifecycle.
 
     An instance is bound to the event loop that opened it: the engine opens

@@ -96,6 +96,17 @@ class TrialRecord:
     #: with the funnel's total, it orders the uplink's ``trial_state`` records. Not part of a
     #: record's equality: two reads of the same facts compare equal whatever the count.
     state_revision: int = field(default=0, compare=False)
+    #: Where its exchanges come from: ``live`` (the tap) or ``replay`` (the retention window,
+    #: served between ``source_from`` and ``source_to``, epoch seconds, at most ``source_size``
+    #: of them). A replay trial is never routed from the tap (:mod:`sidecar.ingest.routing`).
+    source: str = "live"
+    source_from: float | None = None
+    source_to: float | None = None
+    source_size: int | None = None
+    #: A replay's progress (:mod:`sidecar.services.replay`): the retained ``seq`` it has fed
+    #: through, and how many exchanges it handed to the engine.
+    replay_cursor: int = 0
+    replay_fed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,3 +301,47 @@ class PostureWrite:
     applied: bool
     posture: TeamPosture | None
     paused: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedExchange:
+    """A served exchange in the retention window (``RetentionStore``).
+
+    ``sealed`` is the whole exchange, encrypted (:mod:`sidecar.retention.seal`): the only
+    field with content. The others are identities and times, to select a replay's window
+    by: ``served_at`` (the gateway's time, else when the tap took it) and ``kept_at`` (when
+    the tap took it: the window's age). ``seq`` is assigned by the store, in arrival order.
+    """
+
+    team: str
+    exchange_id: str
+    model: str
+    gateway: str
+    route: str | None
+    served_at: float
+    kept_at: float
+    sealed: bytes
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RetainResult:
+    """What one ``retain`` did: exchanges kept, and evicted (oldest first) by reason."""
+
+    kept: int
+    evicted_age: int = 0
+    evicted_count: int = 0
+    evicted_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedSelection:
+    """Which retained exchanges a replay reads: one team, served in ``[served_from, served_to)``,
+    optionally one incumbent model, route and gateway."""
+
+    team: str
+    served_from: float
+    served_to: float
+    model: str | None = None
+    route: str | None = None
+    gateway: str | None = None

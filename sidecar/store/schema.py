@@ -223,4 +223,29 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
     """,
+    # 10: the retention window of served exchanges, sealed
+    # (AES-GCM, the key never stored), and a trial's source: live traffic or a replay of the window
+    """
+    ALTER TABLE trials ADD COLUMN source TEXT NOT NULL DEFAULT 'live';
+    ALTER TABLE trials ADD COLUMN source_from REAL;
+    ALTER TABLE trials ADD COLUMN source_to REAL;
+    ALTER TABLE trials ADD COLUMN source_size INTEGER;
+    ALTER TABLE trials ADD COLUMN replay_cursor INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE trials ADD COLUMN replay_fed INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE retained (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        team TEXT NOT NULL,
+        exchange_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        route TEXT,
+        served_at REAL NOT NULL,
+        kept_at REAL NOT NULL,
+        size INTEGER NOT NULL,
+        sealed BLOB NOT NULL,
+        UNIQUE (team, exchange_id)
+    );
+    CREATE INDEX retained_team_served ON retained (team, served_at);
+    CREATE INDEX retained_kept ON retained (kept_at);
+    """,
 )

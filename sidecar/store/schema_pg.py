@@ -210,6 +210,32 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
     """,
+    # 9: the retention window and a trial's source, as in
+    # SQLite's migration 10
+    """
+    ALTER TABLE trials
+        ADD COLUMN source TEXT NOT NULL DEFAULT 'live',
+        ADD COLUMN source_from DOUBLE PRECISION,
+        ADD COLUMN source_to DOUBLE PRECISION,
+        ADD COLUMN source_size BIGINT,
+        ADD COLUMN replay_cursor BIGINT NOT NULL DEFAULT 0,
+        ADD COLUMN replay_fed BIGINT NOT NULL DEFAULT 0;
+    CREATE TABLE retained (
+        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        team TEXT COLLATE "C" NOT NULL,
+        exchange_id TEXT COLLATE "C" NOT NULL,
+        model TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        route TEXT,
+        served_at DOUBLE PRECISION NOT NULL,
+        kept_at DOUBLE PRECISION NOT NULL,
+        size BIGINT NOT NULL,
+        sealed BYTEA NOT NULL,
+        UNIQUE (team, exchange_id)
+    );
+    CREATE INDEX retained_team_served ON retained (team, served_at);
+    CREATE INDEX retained_kept ON retained (kept_at);
+    """,
 )
 
 

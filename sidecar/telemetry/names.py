@@ -146,6 +146,12 @@ def _by(label: str, pairs: Iterable[tuple[str, str]]) -> tuple[tuple[Labels, str
     return tuple((((label, value),), key) for value, key in pairs)
 
 
+#: What became of exchanges offered to the retention window (:mod:`sidecar.retention.window`).
+RETENTION_EVENTS = ("kept", "evicted_age", "evicted_count", "evicted_bytes", "shed_buffer_full",
+                    "skipped_retention_off", "skipped_redacted", "write_failed", "forgotten")
+#: Compare requests (:mod:`sidecar.services.compare`) by how they ended: counts only.
+COMPARE_RESULTS = ("streamed", "refused")
+
 METRICS: tuple[Metric, ...] = (
     Metric("shadowtrial.exchanges.received", "shadowtrial_exchanges_received_total", "counter", "{exchange}",
            "Exchanges decoded by the tap.", _one("exchanges_received")),
@@ -176,6 +182,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("shadowtrial.litellm_webhook.skipped", "shadowtrial_litellm_webhook_skipped_total", "counter", "{entry}",
            "LiteLLM webhook entries not taken as exchanges, by reason.",
            _by("reason", ((r, f"litellm_webhook_skipped_{r}") for r in WEBHOOK_SKIPS))),
+    Metric("shadowtrial.retention.exchanges", "shadowtrial_retention_exchanges_total", "counter", "{exchange}",
+           "Exchanges offered to the retention window, by what became of them (evictions oldest first).",
+           _by("outcome", ((e, f"retention_{e}") for e in RETENTION_EVENTS))),
+    Metric("shadowtrial.compare.requests", "shadowtrial_compare_requests_total", "counter", "{request}",
+           "Compare requests by result (nothing of a compare is kept).",
+           _by("result", ((r, f"compare_{r}") for r in COMPARE_RESULTS))),
     Metric("shadowtrial.intake.queue.depth", "shadowtrial_intake_queue_depth", "gauge", "{case}",
            "Cases waiting in the intake queue.", _one("queue_depth")),
     Metric("shadowtrial.cases.in_flight", "shadowtrial_cases_in_flight", "gauge", "{case}",

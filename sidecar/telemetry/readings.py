@@ -20,6 +20,8 @@ from typing import Mapping, Protocol
 from sidecar.store.records import OUTCOMES
 from sidecar.telemetry.names import (
     CALL_RESULTS,
+    COMPARE_RESULTS,
+    RETENTION_EVENTS,
     JUDGMENT_OUTCOMES,
     PLUGIN_DROP_REASONS,
     ROLES,
@@ -41,6 +43,8 @@ TAP_COUNTER_KEYS = (
     + tuple(f"tap_rejected_{r}" for r in TAP_REJECTED)
     + tuple(f"tap_figures_excluded_{f}" for f in TAP_FIGURES)
     + tuple(f"litellm_webhook_skipped_{r}" for r in WEBHOOK_SKIPS)
+    + tuple(f"retention_{e}" for e in RETENTION_EVENTS)
+    + tuple(f"compare_{r}" for r in COMPARE_RESULTS)
 )
 #: ``TrialService.fleet_spend`` keys → reading keys.
 SPEND_KEYS = {"known": "spend.known", "reserved": "spend.reserved", "unknown_calls": "spend.unknown_calls"}

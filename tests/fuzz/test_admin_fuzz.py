@@ -95,6 +95,13 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "min_cases": near_int(1, MAX_CASES), "audit_share": near(0.0, 1.0), "max_tokens": near_int(1, MAX_TOKENS),
     "judge": judge_value, "candidate_price": price_value(), "judge_price": price_value(),
     "incumbent_price": price_value(),
+    "source": st.one_of(
+        st.dictionaries(st.sampled_from(["kind", "from", "to", "form"]),
+                        st.one_of(st.sampled_from(["live", "replay", "2026-11-30T00:00:00Z", "2026-13-01", ""]),
+                                  numbers, strings), max_size=4),
+        any_value,
+    ),
+    "sample_size": near_int(1, MAX_CASES),
 }
 assert set(FIELD_VALUES) == set(TrialCreate.__struct_fields__)
 

@@ -164,8 +164,9 @@ async def test_an_unusable_admin_url_is_a_clear_error() -> None:
 
 def test_every_field_of_the_create_body_has_a_flag() -> None:
     reachable = set(CREATE_FIELDS.values())
-    wanted = {(f,) for f in TrialCreate.__struct_fields__ if f != "judge"}
+    wanted = {(f,) for f in TrialCreate.__struct_fields__ if f not in ("judge", "source")}
     wanted |= {("judge", f) for f in JudgeIn.__struct_fields__}
+    wanted |= {("source", "from"), ("source", "to")}  # --replay-from/--replay-to; they imply kind "replay"
     assert wanted == reachable
     dests = {a.dest for a in _create_parser()._actions}
     assert set(CREATE_FIELDS) <= dests

@@ -1,0 +1,198 @@
+"""The retention window's writer: served exchanges kept, sealed, off the serving path.
+
+The tap calls :meth:`RetentionWindow.offer` with every exchange it decoded; ``offer``
+never awaits and never blocks: it appends to a bounded buffer and returns. When the
+buffer holds ``retention.buffer_size`` exchanges the *newest* are shed (the buffer keeps
+what already waited) and counted ``retention_shed_buffer_full``. A writer task on the same
+loop takes batches of ``retention.batch_size``; drops the exchanges of teams whose prompt
+retention is off (``retention_skipped_retention_off``: nothing of them is written
+anywhere) and redacted ones; seals the rest on a worker thread
+(:class:`~sidecar.retention.seal.Sealer`); and writes them with the window's bounds in one
+store transaction, which evicts the oldest (counted by reason: ``evicted_age``,
+``evicted_count``, ``evicted_bytes``). A failed write drops its batch, counted
+``retention_write_failed``; the window is a convenience for replay, never a reason to fail.
+
+A team's retention is read from its stored posture (else ``[teams]``), at most every
+``POSTURE_TTL_S`` per team; when it is (or turns) off, whatever the window holds of that team
+is forgotten at once (``PUT /v1/teams/{team}/posture`` forgets it too, when it turns it off). :meth:`stop` drains within a deadline; what is still buffered
+then is counted ``retention_shed_buffer_full``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+import msgspec
+
+from sidecar.config import RetentionConfig
+from sidecar.ingest.wire import Exchange
+from sidecar.redact import describe
+from sidecar.retention.seal import Sealer
+from sidecar.store.base import Store
+from sidecar.store.records import RetainedExchange
+
+log = logging.getLogger("shadowtrial.retention")
+
+#: How long a team's retention setting is trusted before the store is read again.
+POSTURE_TTL_S = 2.0
+
+_encode = msgspec.json.Encoder().encode
+
+
+def served_epoch(exchange: Exchange, default: float) -> float:
+    """The exchange's ``served_at`` in epoch seconds (UTC when it has no offset), else ``default``."""
+    if not exchange.served_at:
+        return default
+    try:
+        when = datetime.fromisoformat(exchange.served_at)
+    except ValueError:
+        return default
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+class RetentionWindow:
+    """See the module's docstring. Bound to the loop :meth:`start` runs on (the tap's)."""
+
+    def __init__(
+        self,
+        config: RetentionConfig,
+        sealer: Sealer,
+        store: Store,
+        counters: Counter[str],
+        *,
+        default_retention: Callable[[str], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.sealer = sealer
+        self._store = store
+        self._counters = counters
+        self._default = default_retention
+        self._clock = clock
+        self._buffer: deque[tuple[Exchange, float]] = deque()
+        self._wake = asyncio.Event()
+        self._busy = False
+        self._task: asyncio.Task[None] | None = None
+        self._cache: dict[str, tuple[bool, float]] = {}
+
+    @property
+    def depth(self) -> int:
+        return len(self._buffer)
+
+    def offer(self, exchanges: Sequence[Exchange]) -> int:
+        """Buffer ``exchanges`` for the writer; never waits. Returns how many were taken."""
+        room = self.config.buffer_size - len(self._buffer)
+        taken = exchanges if len(exchanges) <= room else exchanges[: max(room, 0)]
+        if len(taken) < len(exchanges):
+            self._counters["retention_shed_buffer_full"] += len(exchanges) - len(taken)
+        if taken:
+            now = self._clock()
+            self._buffer.extend((ex, now) for ex in taken)
+            self._wake.set()
+        return len(taken)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="shadowtrial-retention")
+
+    async def stop(self, deadline_s: float = 5.0) -> None:
+        """Write what is buffered within ``deadline_s``; count the rest shed."""
+        try:
+            await asyncio.wait_for(self.idle(), timeout=deadline_s)
+        except asyncio.TimeoutError:
+            pass
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._buffer:
+            self._counters["retention_shed_buffer_full"] += len(self._buffer)
+            self._buffer.clear()
+
+    async def idle(self) -> None:
+        """Until nothing is buffered and no batch is being written (poll; tests and stop)."""
+        while self._buffer or self._busy:
+            await asyncio.sleep(0.01)
+
+    async def _run(self) -> None:
+        while True:
+            if not self._buffer:
+                self._wake.clear()
+                await self._wake.wait()
+            n = min(self.config.batch_size, len(self._buffer))
+            batch = [self._buffer.popleft() for _ in range(n)]
+            self._busy = True
+            try:
+                await self._write(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._counters["retention_write_failed"] += len(batch)
+                log.warning("retention write of %d exchange(s) failed (%s); they are not kept", len(batch),
+                            describe(exc))
+            finally:
+                self._busy = False
+
+    async def _write(self, batch: list[tuple[Exchange, float]]) -> None:
+        keep: list[tuple[Exchange, float]] = []
+        for ex, at in batch:
+            if ex.redacted:
+                self._counters["retention_skipped_redacted"] += 1
+            elif not await self._retains(ex.team):
+                self._counters["retention_skipped_retention_off"] += 1
+            else:
+                keep.append((ex, at))
+        if not keep:
+            return
+        rows = await asyncio.to_thread(self._seal, keep)
+        cfg = self.config
+        result = await self._store.retain(
+            rows, keep_after=self._clock() - cfg.window_seconds, max_count=cfg.max_count, max_bytes=cfg.max_bytes
+        )
+        self._counters["retention_kept"] += result.kept
+        self._counters["retention_evicted_age"] += result.evicted_age
+        self._counters["retention_evicted_count"] += result.evicted_count
+        self._counters["retention_evicted_bytes"] += result.evicted_bytes
+        # A team turned off while this batch was sealed (note_posture): its rows go at once.
+        for team in {ex.team for ex, _ in keep}:
+            cached = self._cache.get(team)
+            if cached is not None and not cached[0]:
+                self._counters["retention_forgotten"] += await self._store.forget_retained(team)
+
+    def _seal(self, keep: list[tuple[Exchange, float]]) -> list[RetainedExchange]:
+        return [
+            RetainedExchange(
+                team=ex.team, exchange_id=ex.exchange_id, model=ex.model, gateway=ex.gateway, route=ex.route,
+                served_at=served_epoch(ex, at), kept_at=at,
+                sealed=self.sealer.seal(_encode(ex), team=ex.team, exchange_id=ex.exchange_id),
+            )
+            for ex, at in keep
+        ]
+
+    def note_posture(self, team: str, prompt_retention: bool) -> None:
+        """A posture written through this sidecar: take it at once (other sidecars of a fleet
+        read it within ``POSTURE_TTL_S``, and forget the team's window when they see it off)."""
+        self._cache[team] = (prompt_retention, time.monotonic())
+
+    async def _retains(self, team: str) -> bool:
+        now = time.monotonic()
+        cached = self._cache.get(team)
+        if cached is not None and now - cached[1] < POSTURE_TTL_S:
+            return cached[0]
+        stored = await self._store.get_posture(team)
+        retains = self._default(team) if stored is None else stored.prompt_retention
+        if not retains and (cached is None or cached[0]):  # first seen off, or just turned off: forget its window
+            self._counters["retention_forgotten"] += await self._store.forget_retained(team)
+        self._cache[team] = (retains, now)
+        return retains
+
+
+def open_exchange(sealer: Sealer, row: RetainedExchange) -> Exchange:
+    """The exchange a retained row holds (raises :class:`~sidecar.retention.seal.UnsealError`)."""
+    return msgspec.json.decode(sealer.open(row.sealed, team=row.team, exchange_id=row.exchange_id), type=Exchange)
