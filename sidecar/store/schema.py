@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
+from sidecar.store import corpus_schema
+
 
 def statements(script: str) -> Iterator[str]:
     """The complete SQL statements of ``script``, in order."""
@@ -196,4 +198,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE outbox ADD COLUMN claimed_by TEXT;
     ALTER TABLE outbox ADD COLUMN lease_until REAL;
     """,
+    # 11: corpus evidence (issue 13): datasets, versions, item revisions, slices, suites,
+    # comparison groups and their request keys (sidecar/store/corpus_schema.py)
+    corpus_schema.SQLITE,
 )
