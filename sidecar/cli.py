@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from sidecar import compare_cli
+from sidecar.corpus import cli as corpus_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.render import render_live, render_trial, render_trial_list
 from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
@@ -239,6 +240,7 @@ def _parser() -> argparse.ArgumentParser:
     pset.add_argument("--retention", choices=("on", "off"), help="prompt retention")
     pset.add_argument("--cut-over", dest="cut_over", choices=("on", "off"), help="cut over to control-plane execution")
     pset.add_argument("--if-match", dest="if_match", type=int, help="write only over this revision")
+    corpus_cli.add_commands(sub, client)
     return p
 
 
@@ -328,6 +330,8 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return _posture_command(args, base, auth)
     if args.command == "compare":
         return compare_cli.run(args, base, auth)
+    if args.command == "datasets":
+        return corpus_cli.run(args, base, auth, environ, _call)
     if args.action == "create":
         headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
         data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers | auth)

@@ -31,6 +31,14 @@ from __future__ import annotations
 
 from typing import Mapping, Protocol, Sequence
 
+from sidecar.store.corpus_records import (
+    ComparisonRecord,
+    DatasetRecord,
+    DatasetVersion,
+    ItemRow,
+    SliceRecord,
+    SuiteRecord,
+)
 from sidecar.store.records import (
     CaseFinish,
     Collected,
@@ -323,9 +331,79 @@ class RetentionStore(Protocol):
         ...
 
 
+class CorpusStore(Protocol):
+    """Corpus evidence (issue 13): datasets with immutable versions, slices, suites and
+    comparison groups (:mod:`sidecar.store.corpus_records`). Each method is one
+    transaction. Versions, revisions, slices and suites are only ever inserted."""
+
+    async def create_dataset(self, dataset: DatasetRecord, version: DatasetVersion, items: Sequence[ItemRow]) -> bool:
+        """Insert the dataset with its first version and items; False (nothing written) when
+        the team already has a dataset of that name."""
+        ...
+
+    async def add_dataset_version(self, version: DatasetVersion, items: Sequence[ItemRow]) -> bool:
+        """Insert ``version`` (whose ``parent`` must be the dataset's latest version) with its
+        items and make it the latest; False (nothing written) when the latest version is not
+        ``parent`` any more (another edit landed first) or the dataset is unknown."""
+        ...
+
+    async def get_dataset(self, dataset_id: str) -> DatasetRecord | None: ...
+
+    async def list_datasets(self, *, teams: Sequence[str] | None = None) -> list[DatasetRecord]:
+        """Newest first; ``teams`` None: every team."""
+        ...
+
+    async def dataset_versions(self, dataset_id: str) -> list[DatasetVersion]:
+        """Oldest first."""
+        ...
+
+    async def version_items(self, dataset_id: str, version: int) -> list[ItemRow]:
+        """The version's items in their order; empty for an unknown version."""
+        ...
+
+    async def save_slice(self, slice_: SliceRecord) -> SliceRecord:
+        """Insert the slice as the next version of its name (``slice_.version`` is ignored);
+        returns it as stored."""
+        ...
+
+    async def list_slices(self, dataset_id: str) -> list[SliceRecord]:
+        """By name, then version."""
+        ...
+
+    async def save_suite(self, suite: SuiteRecord) -> SuiteRecord:
+        """Insert the suite as the next version of its (team, name) (``suite.version`` is
+        ignored); returns it as stored."""
+        ...
+
+    async def get_suite(self, suite_id: str) -> SuiteRecord | None: ...
+
+    async def list_suites(self, *, teams: Sequence[str] | None = None) -> list[SuiteRecord]:
+        """Newest first."""
+        ...
+
+    async def create_comparison(
+        self, comparison: ComparisonRecord, *, request_key: str, body_hash: str
+    ) -> tuple[ComparisonRecord, bool]:
+        """Insert the group under ``request_key``; the same key again returns the group first
+        created under it and False; raise ``IdempotencyConflict`` if it came with another body."""
+        ...
+
+    async def find_request_key(self, request_key: str) -> tuple[str, ComparisonRecord] | None:
+        """The body hash a start's request key came with and the group it created; None if unused."""
+        ...
+
+    async def get_comparison(self, comparison_id: str) -> ComparisonRecord | None: ...
+
+    async def list_comparisons(
+        self, *, teams: Sequence[str] | None = None, suite_id: str | None = None, limit: int = 200
+    ) -> list[ComparisonRecord]:
+        """Newest first, at most ``limit``; ``suite_id`` narrows to one suite's groups."""
+        ...
+
+
 class Store(
     TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, RetentionStore,
-    Protocol,
+    CorpusStore, Protocol,
 ):
     """Everything one process needs; opened and closed by the app's lifecycle.
 

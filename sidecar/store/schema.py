@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
+from sidecar.store import corpus_schema
+
 
 def statements(script: str) -> Iterator[str]:
     """The complete SQL statements of ``script``, in order."""
@@ -248,4 +250,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_team_served ON retained (team, served_at);
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
+    # 11: corpus evidence (issue 13): datasets, versions, item revisions, slices, suites,
+    # comparison groups and their request keys (sidecar/store/corpus_schema.py)
+    corpus_schema.SQLITE,
 )

@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sidecar.store import corpus_schema
+
 #: The pg_advisory_xact_lock key that serialises migrations: a fixed bigint owned by shadowtrial.
 MIGRATION_LOCK = 0x5F3C_2A91_7D0E_4B6C
 
@@ -236,6 +238,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_team_served ON retained (team, served_at);
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
+    # 10: corpus evidence, as in SQLite's migration 11 (sidecar/store/corpus_schema.py)
+    corpus_schema.POSTGRES,
 )
 
 
