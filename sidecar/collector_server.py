@@ -20,7 +20,12 @@ from typing import Sequence
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sidecar.api.authn import build_verifier
+from sidecar.auth.revocations import Revocations
 from sidecar.collected import CollectedRecords
+from sidecar.corpus.api import corpus_app
+from sidecar.corpus.context import CorpusContext
+from sidecar.engine.parts import configured_retention, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
 from sidecar.control_plane import ControlPlane
 from sidecar.errors import StartupError
@@ -69,6 +74,11 @@ class CollectorServer:
             self.records = CollectedRecords(store, control_plane=self.control_plane, clock=time.time)
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes)
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
+            if self.config is not None:  # corpus evidence lives in the control plane (docs/corpus.md)
+                app.add_subapp("/v1", corpus_app(
+                    corpus_context(self.config, store), build_verifier(self.config.auth),
+                    revocations=Revocations(self.config.auth.revoked_subjects_file), prefix="",
+                ))
             self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)  # the app gunzips itself
             await self._runner.setup()
             host, port = split_listen(cfg.listen)
@@ -112,6 +122,15 @@ class CollectorServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def corpus_context(config: Config, store: Store) -> CorpusContext:
+    """What the corpus services need on the collector, from its config and store. Seeding from
+    traffic has no source here: retained traffic stays in each sidecar's own window."""
+    return CorpusContext(
+        store=store, clock=time.time, resolve=resolver(config, price_book(config)),
+        defaults=trial_defaults(config), default_retention=lambda team: configured_retention(config, team),
+    )
 
 
 def _where(cfg: CollectorConfig) -> str:

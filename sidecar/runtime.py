@@ -34,7 +34,9 @@ from aiohttp import web
 from sidecar.config import Config
 from sidecar.engine.engine import SITE, Claim, Engine
 from sidecar.engine.handoff import Handoff
-from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver, runnable
+from sidecar.engine.parts import (
+    configured_retention, engine_settings, open_providers, price_book, resolver, runnable, trial_defaults,
+)
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.errors import StartupError
@@ -350,16 +352,7 @@ class Runtime:
     # -- what a new trial is built with (sidecar.services.trials) ---------------
 
     def defaults(self) -> TrialDefaults:
-        j = self.config.judge
-        return TrialDefaults(
-            judge_model=j.model,
-            judge_rubric=j.rubric,
-            judge_temperature=j.temperature,
-            judge_max_tokens=j.max_tokens,
-            audit_share=j.audit_share,
-            candidate_max_tokens=self.config.engine.default_max_tokens,
-        )
+        return trial_defaults(self.config)
 
     def prompt_retention(self, team: str) -> bool:
-        team_cfg = self.config.teams.get(team)
-        return True if team_cfg is None else team_cfg.prompt_retention
+        return configured_retention(self.config, team)

@@ -17,7 +17,7 @@ from sidecar.prices import PriceBook, load_price_map
 from sidecar.providers.base import Provider
 from sidecar.providers.factory import make_provider
 from sidecar.store.records import TrialRecord
-from sidecar.trials import Resolved
+from sidecar.trials import Resolved, TrialDefaults
 
 
 def price_book(config: Config) -> PriceBook:
@@ -38,6 +38,26 @@ def resolver(config: Config, book: PriceBook) -> Callable[[str], Resolved]:
         return Resolved(provider=r.provider_name, upstream=r.upstream_model, price=r.price)
 
     return resolve
+
+
+def trial_defaults(config: Config) -> TrialDefaults:
+    """What a new trial (or a suite's judge metric) starts from when its request leaves it out."""
+    j = config.judge
+    return TrialDefaults(
+        judge_model=j.model,
+        judge_rubric=j.rubric,
+        judge_temperature=j.temperature,
+        judge_max_tokens=j.max_tokens,
+        audit_share=j.audit_share,
+        candidate_max_tokens=config.engine.default_max_tokens,
+    )
+
+
+def configured_retention(config: Config, team: str) -> bool:
+    """A team's prompt retention as configured (``[teams]``; on when unlisted): the default
+    its stored posture starts from."""
+    team_cfg = config.teams.get(team)
+    return True if team_cfg is None else team_cfg.prompt_retention
 
 
 def runnable(record: TrialRecord, resolve: Callable[[str], Resolved], config: Config) -> bool:

@@ -1,9 +1,10 @@
-"""``shadowtrial collector``: a config it cannot use is refused in one line, exit 2."""
+"""``shadowtrial collector``: a config it cannot use is refused in one line, exit 2; what its config mounts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from sidecar.cli import main
@@ -22,3 +23,35 @@ def test_an_unknown_collector_setting_is_refused(tmp_path: Path, capsys: pytest.
     cfg.write_text('[collector]\nlisen = "127.0.0.1:0"\n')
     assert main(["collector", "--config", str(cfg)], {}) == 2
     assert "lisen" in capsys.readouterr().err
+
+
+async def test_the_collector_serves_the_corpus_api_behind_admin_tokens(tmp_path: Path) -> None:
+    """Corpus evidence lives in the control plane: ``shadowtrial collector``'s config mounts the
+    corpus routes beside the uplink's, behind the admin API's JWTs (not the uplink's keys)."""
+    from sidecar.collector_server import CollectorServer
+    from sidecar.config import load_config
+    from tests.harness import AuthKit
+    from tests.uplink.kit import UplinkKit
+
+    kit, auth = UplinkKit(tmp_path), AuthKit(tmp_path)
+    cfg = tmp_path / "collector.toml"
+    cfg.write_text(
+        f'[collector]\nlisten = "127.0.0.1:0"\ndb_path = "{kit.db}"\naudience = "{kit.cfg.audience}"\n'
+        f'issuers = ["{kit.cfg.issuers[0]}"]\n[[collector.keys]]\nkid = "{kit.cfg.keys[0].kid}"\n'
+        f'path = "{kit.cfg.keys[0].path}"\n' + auth.toml()
+    )
+    config = load_config(str(cfg), {})
+    async with CollectorServer(config.collector, config=config) as c:
+        async with httpx.AsyncClient(base_url=c.url) as client:
+            params = {"team": "team-a", "name": "hard-cases", "format": "jsonl"}
+            jsonl = b'{"input": "hello"}\n{"input": "world", "tags": ["x"]}\n'
+            assert (await client.post("/v1/datasets", params=params, content=jsonl)).status_code == 401
+            writer = {"Authorization": f"Bearer {auth.token(roles=('tenant_admin',), teams=('team-a',))}"}
+            made = await client.post("/v1/datasets", params=params, content=jsonl, headers=writer)
+            assert made.status_code == 201, made.text
+            listed = (await client.get("/v1/datasets", headers=writer)).json()["datasets"]
+            assert [d["name"] for d in listed] == ["hard-cases"]
+            # The collector's own routes are unchanged: its trials, and batches behind the uplink's keys.
+            assert (await client.get("/v1/trials")).json() == {"trials": []}
+            refused = await client.post("/v1/uplink/batches", headers=writer, content=b"{}")
+            assert refused.status_code == 401, "an admin token is not an uplink token"
