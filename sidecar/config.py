@@ -534,6 +534,35 @@ class TelemetryConfig(_Section, frozen=True):
         return bool(self.otlp_endpoint) and (self.traces or self.metrics)
 
 
+class AlertsConfig(_Section, frozen=True):
+    """``[alerts]``: the optional webhook every alert transition is POSTed to (docs/alerts.md).
+
+    Off while ``webhook_url`` is empty. Each POST is signed with HMAC-SHA256 of the secret
+    that ``secret_env`` names (read at start, never logged) over the timestamp and the body,
+    and retried with jittered exponential backoff up to ``max_attempts`` in all."""
+
+    webhook_url: str = ""
+    secret_env: str = ""
+    timeout_seconds: Seconds = 5.0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    backoff_base_seconds: Seconds = 0.5
+    backoff_cap_seconds: Seconds = 60.0
+    poll_seconds: Seconds = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.webhook_url)
+
+    def _validate(self) -> None:
+        _check_env_name("secret_env", self.secret_env)
+        if not self.webhook_url:
+            return
+        if not self.webhook_url.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        if not self.secret_env:
+            raise ValueError("secret_env is required when webhook_url is set (every POST is signed)")
+
+
 class Secrets(Mapping[str, str]):
     """Provider API keys by provider name, plus the tap's shared token.
 
@@ -541,11 +570,20 @@ class Secrets(Mapping[str, str]):
     show which providers have a key, never a key.
     """
 
-    __slots__ = ("_keys", "_tap_token")
+    __slots__ = ("_keys", "_tap_token", "_webhook_secret")
 
-    def __init__(self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None) -> None:
+    def __init__(
+        self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None,
+        webhook_secret: str | None = None,
+    ) -> None:
         self._keys = dict(provider_keys or {})
         self._tap_token = tap_token
+        self._webhook_secret = webhook_secret
+
+    @property
+    def webhook_secret(self) -> str | None:
+        """The alert webhook's HMAC secret (``alerts.secret_env``), or ``None``."""
+        return self._webhook_secret
 
     @property
     def tap_token(self) -> str | None:
@@ -564,7 +602,7 @@ class Secrets(Mapping[str, str]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secrets):
             return NotImplemented
-        return self._keys == other._keys and self._tap_token == other._tap_token
+        return (self._keys, self._tap_token, self._webhook_secret) == (other._keys, other._tap_token, other._webhook_secret)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -595,6 +633,7 @@ class Config(_Section, frozen=True):
     sidecar: SidecarConfig = msgspec.field(default_factory=SidecarConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     uplink: UplinkConfig = msgspec.field(default_factory=UplinkConfig)
+    alerts: AlertsConfig = msgspec.field(default_factory=AlertsConfig)
     collector: CollectorConfig = msgspec.field(default_factory=CollectorConfig)
     secrets: Secrets = msgspec.field(default_factory=Secrets)
 
@@ -839,6 +878,9 @@ def _secret_names(raw: dict[str, Any]) -> set[str]:
     tap = raw.get("tap")
     if isinstance(tap, dict) and isinstance(tap.get("token_env"), str):
         names.add(tap["token_env"])
+    alerts = raw.get("alerts")
+    if isinstance(alerts, dict) and isinstance(alerts.get("secret_env"), str):
+        names.add(alerts["secret_env"])
     providers = raw.get("providers")
     if isinstance(providers, dict):
         for entry in providers.values():
@@ -910,6 +952,9 @@ def _read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
         # token with a space or another character could never match. (The value is not shown.)
         problems.append(f"tap.token_env names {config.tap.token_env}, whose value is not one word of visible ASCII")
         token = None
+    webhook = None
+    if config.alerts.enabled:
+        webhook = read(config.alerts.secret_env, "alerts.secret_env")
     if problems:
         raise ConfigError("; ".join(problems))
-    return Secrets(keys, tap_token=token)
+    return Secrets(keys, tap_token=token, webhook_secret=webhook)

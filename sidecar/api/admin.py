@@ -12,13 +12,16 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
 
-from sidecar.errors import ApiError, BadRequest, UnsupportedEncoding
+from sidecar.errors import ApiError, BadRequest, PromotionRefused, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
 from sidecar.services.trials import TrialService
+from sidecar.api.watch_routes import WATCH_ROUTES
+from sidecar.services.promotion import PromotionService
+from sidecar.services.watches import WatchService
 from sidecar.telemetry.names import METRICS
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import (
@@ -32,6 +35,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 TRIALS: web.AppKey[TrialService] = web.AppKey("trials", TrialService)
 POSTURE: web.AppKey[PostureService] = web.AppKey("posture", PostureService)
+WATCHES: web.AppKey[WatchService] = web.AppKey("watches", WatchService)
+PROMOTION: web.AppKey[PromotionService] = web.AppKey("promotion", PromotionService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -46,6 +51,9 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> we
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except PromotionRefused as exc:  # the one refusal whose body says more: why
+        return _json({"error": {"code": exc.code, "message": exc.message, "field": exc.field, "reason": exc.reason}},
+                     exc.status)
     except ApiError as exc:
         return _error(exc.status, exc.code, exc.message, exc.field)
     except IdempotencyConflict as exc:
@@ -155,7 +163,7 @@ async def put_posture(request: web.Request) -> web.Response:
 
 
 async def live(request: web.Request) -> web.Response:
-    return _json(await request.app[TRIALS].live(principal_of(request)))
+    return _json(await request.app[WATCHES].live(principal_of(request)))
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -238,6 +246,8 @@ def admin_app(rt: Any) -> web.Application:
     app[RUNTIME] = rt
     app[TRIALS] = TrialService(rt)
     app[POSTURE] = PostureService(rt)
+    app[WATCHES] = WatchService(rt)
+    app[PROMOTION] = PromotionService(rt)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -249,6 +259,7 @@ def admin_app(rt: Any) -> web.Application:
         ("GET", "/v1/teams/{team}/posture", get_posture),
         ("PUT", "/v1/teams/{team}/posture", put_posture),
         ("GET", "/v1/live", live),
+        *WATCH_ROUTES,
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),

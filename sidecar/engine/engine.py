@@ -52,6 +52,7 @@ from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import EngineTelemetry
 from sidecar.trials import Resolved
+from sidecar.watches import roll_watches
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -334,7 +335,7 @@ class Engine:
         try:
             subject = activate(
                 record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header,
-                wrap=self.telemetry.wrap,
+                wrap=self.telemetry.wrap, kind="watch" if record.kind == "watch" else "trial",
             )
         except (LookupError, KeyError) as exc:
             log.error("trial %s cannot run on this sidecar: %s", record.id, exc)
@@ -348,6 +349,7 @@ class Engine:
         """Re-read running trials; activate new ones; install the tap's routes."""
         assert self._store is not None
         edits = self.routing.edits
+        await roll_watches(self._store, self.clock())  # a watch's new UTC day: its row, with the day's cap
         running = await self._store.list_trials(status="running")
         fresh: dict[str, Subject] = {}
         for record in running:

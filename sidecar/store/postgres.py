@@ -54,6 +54,7 @@ from sidecar.store.records import (
     ended_outcome,
 )
 from sidecar.store.schema_pg import migrate
+from sidecar.store.watch_pg import PostgresWatches, apply_effects
 
 T = TypeVar("T")
 Conn = Any  # asyncpg.Connection; asyncpg ships no type information
@@ -73,7 +74,7 @@ def _trial(row: Any) -> TrialRecord:
     return TrialRecord(**{k: row[k] for k in _TRIAL_FIELDS})
 
 
-class PostgresStore:
+class PostgresStore(PostgresWatches):
     """The :class:`sidecar.store.base.Store` over one PostgreSQL database.
 
     Several instances — in one process or many — may share the database; that
@@ -157,11 +158,14 @@ class PostgresStore:
         row = await self._open_pool().fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
         return None if row is None else _trial(row)
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
+    async def list_trials(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
+    ) -> list[TrialRecord]:
         rows = await self._open_pool().fetch(
             "SELECT * FROM trials WHERE ($1::text[] IS NULL OR team = ANY($1::text[])) "
-            "AND ($2::text IS NULL OR status = $2::text) ORDER BY created_at DESC, id",
-            None if teams is None else list(teams), status,
+            "AND ($2::text IS NULL OR status = $2::text) AND ($3::text IS NULL OR kind = $3::text) "
+            "ORDER BY created_at DESC, id",
+            None if teams is None else list(teams), status, kind,
         )
         return [_trial(r) for r in rows]
 
@@ -172,7 +176,7 @@ class PostgresStore:
             row = await conn.fetchrow(
                 "UPDATE trials SET status=$2, status_reason=$3, "
                 "ended_at = CASE WHEN $4 THEN COALESCE(ended_at, $5) ELSE ended_at END "
-                "WHERE id=$1 AND status <> $2 RETURNING *",
+                "WHERE id=$1 AND status <> $2 AND status <> 'adopted' RETURNING *",  # adoption is final
                 trial_id, status, reason, ended, now,
             )
             if row is not None:
@@ -407,12 +411,7 @@ class PostgresStore:
                         for j in finish.judgments
                     ],
                 )
-            if finish.effects:
-                await conn.executemany(
-                    "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
-                    "ON CONFLICT (record_id) DO NOTHING",
-                    [(e.record_id, e.topic, e.body, finish.finished_at) for e in finish.effects],
-                )
+            await apply_effects(conn, finish)  # outbox records and watch steps
             await _bump(conn, {(finish.trial_id, finish.outcome): 1})
             return True
 

@@ -36,6 +36,7 @@ from sidecar.store.records import (
     TrialSnapshot,
 )
 from sidecar.store.schema import MIGRATIONS, statements
+from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
 
 T = TypeVar("T")
 
@@ -48,7 +49,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
     return TrialRecord(**values)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteWatches):
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
     def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:
@@ -151,10 +152,15 @@ class SQLiteStore:
 
         return await self._run(fn)
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
+    async def list_trials(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
+    ) -> list[TrialRecord]:
         def fn(conn: sqlite3.Connection) -> list[TrialRecord]:
             sql = "SELECT * FROM trials WHERE 1=1"
             args: list[Any] = []
+            if kind is not None:
+                sql += " AND kind=?"
+                args.append(kind)
             if teams is not None:
                 sql += f" AND team IN ({', '.join('?' for _ in teams)})"
                 args.extend(teams)
@@ -174,7 +180,8 @@ class SQLiteStore:
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
             cur = conn.execute(
                 "UPDATE trials SET status=?, status_reason=?, "
-                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ?",
+                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ? "
+                "AND status != 'adopted'",  # adoption is final (a promotion made it)
                 (status, reason, int(ended), now, trial_id, status),
             )
             row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
@@ -407,10 +414,7 @@ class SQLiteStore:
                     for j in finish.judgments
                 ],
             )
-            conn.executemany(
-                "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-                [(e.record_id, e.topic, e.body, finish.finished_at) for e in finish.effects],
-            )
+            apply_effects(conn, finish)  # outbox records and watch steps
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
 

@@ -18,7 +18,7 @@ from tests.store.conftest import Backend
 from tests.store.factories import trial
 
 #: Columns added by the kept-states migration and every one after it.
-NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by")
+NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by", "kind", "watch_id")
 
 
 def _before_kept_states(migrations: tuple[str, ...]) -> int:
