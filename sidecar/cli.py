@@ -220,6 +220,9 @@ def _parser() -> argparse.ArgumentParser:
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
+    from sidecar.cli_watches import add_parsers
+
+    add_parsers(sub, tsub, client, _finite, _key, _trial_id)
 
     teams = sub.add_parser("teams", help="teams' posture")
     teams_sub = teams.add_subparsers(dest="action", required=True)
@@ -332,6 +335,11 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return compare_cli.run(args, base, auth)
     if args.command == "datasets":
         return corpus_cli.run(args, base, auth, environ, _call)
+    from sidecar.cli_watches import run
+
+    done = run(args, base, auth, _call, _segment)
+    if done is not None:
+        return done
     if args.action == "create":
         headers = {IDEMPOTENCY_KEY: args.idempotency_key} if args.idempotency_key else {}
         data = _call("POST", f"{base}/v1/trials", json=create_body(args), headers=headers | auth)

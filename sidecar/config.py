@@ -576,6 +576,35 @@ class TelemetryConfig(_Section, frozen=True):
         return bool(self.otlp_endpoint) and (self.traces or self.metrics)
 
 
+class AlertsConfig(_Section, frozen=True):
+    """``[alerts]``: the optional webhook every alert transition is POSTed to (docs/alerts.md).
+
+    Off while ``webhook_url`` is empty. Each POST is signed with HMAC-SHA256 of the secret
+    that ``secret_env`` names (read at start, never logged) over the timestamp and the body,
+    and retried with jittered exponential backoff up to ``max_attempts`` in all."""
+
+    webhook_url: str = ""
+    secret_env: str = ""
+    timeout_seconds: Seconds = 5.0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    backoff_base_seconds: Seconds = 0.5
+    backoff_cap_seconds: Seconds = 60.0
+    poll_seconds: Seconds = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.webhook_url)
+
+    def _validate(self) -> None:
+        _check_env_name("secret_env", self.secret_env)
+        if not self.webhook_url:
+            return
+        if not self.webhook_url.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        if not self.secret_env:
+            raise ValueError("secret_env is required when webhook_url is set (every POST is signed)")
+
+
 class Secrets(Mapping[str, str]):
     """Provider API keys by provider name, plus the tap's shared token.
 
@@ -583,20 +612,26 @@ class Secrets(Mapping[str, str]):
     show which providers have a key, never a key.
     """
 
-    __slots__ = ("_keys", "_tap_token", "_retention_key")
+    __slots__ = ("_keys", "_tap_token", "_retention_key", "_webhook_secret")
 
     def __init__(
         self, provider_keys: Mapping[str, str] | None = None, *, tap_token: str | None = None,
-        retention_key: bytes | None = None,
+        retention_key: bytes | None = None, webhook_secret: str | None = None,
     ) -> None:
         self._keys = dict(provider_keys or {})
         self._tap_token = tap_token
         self._retention_key = retention_key
+        self._webhook_secret = webhook_secret
 
     @property
     def retention_key(self) -> bytes | None:
         """The retention window's AES-256-GCM key (``retention.key_env``), or ``None``."""
         return self._retention_key
+
+    @property
+    def webhook_secret(self) -> str | None:
+        """The alert webhook's HMAC secret (``alerts.secret_env``), or ``None``."""
+        return self._webhook_secret
 
     @property
     def tap_token(self) -> str | None:
@@ -615,8 +650,8 @@ class Secrets(Mapping[str, str]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secrets):
             return NotImplemented
-        return (self._keys, self._tap_token, self._retention_key) == (
-            other._keys, other._tap_token, other._retention_key
+        return (self._keys, self._tap_token, self._retention_key, self._webhook_secret) == (
+            other._keys, other._tap_token, other._retention_key, other._webhook_secret
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -649,6 +684,7 @@ class Config(_Section, frozen=True):
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     uplink: UplinkConfig = msgspec.field(default_factory=UplinkConfig)
+    alerts: AlertsConfig = msgspec.field(default_factory=AlertsConfig)
     collector: CollectorConfig = msgspec.field(default_factory=CollectorConfig)
     secrets: Secrets = msgspec.field(default_factory=Secrets)
 
@@ -896,6 +932,9 @@ def _secret_names(raw: dict[str, Any]) -> set[str]:
     retention = raw.get("retention")
     if isinstance(retention, dict) and isinstance(retention.get("key_env"), str):
         names.add(retention["key_env"])
+    alerts = raw.get("alerts")
+    if isinstance(alerts, dict) and isinstance(alerts.get("secret_env"), str):
+        names.add(alerts["secret_env"])
     providers = raw.get("providers")
     if isinstance(providers, dict):
         for entry in providers.values():
@@ -976,9 +1015,12 @@ def _read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
                 problems.append(f"retention.key_env names {config.retention.key_env}, whose value is not 32 bytes "
                                 "in URL-safe base64 (make one: python -c \"import os, base64; "
                                 "print(base64.urlsafe_b64encode(os.urandom(32)).decode())\")")
+    webhook = None
+    if config.alerts.enabled:
+        webhook = read(config.alerts.secret_env, "alerts.secret_env")
     if problems:
         raise ConfigError("; ".join(problems))
-    return Secrets(keys, tap_token=token, retention_key=retention_key)
+    return Secrets(keys, tap_token=token, retention_key=retention_key, webhook_secret=webhook)
 
 
 def _aes_key(encoded: str) -> bytes | None:

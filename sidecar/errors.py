@@ -11,6 +11,7 @@
           ├── SpendUnbounded      422 spend_unbounded (a model of the trial has no list price)
           ├── NotFound            404 not_found
           ├── Conflict            409 (request_key_conflict, trial_not_running, ...)
+          │    └── PromotionRefused  409 promotion_refused, with a ``reason``
           ├── Unauthorized        401 unauthorized
           └── Forbidden           403 forbidden
 
@@ -71,6 +72,16 @@ class NotFound(ApiError):
 class Conflict(ApiError):
     status = 409
     code = "conflict"
+
+
+class PromotionRefused(Conflict):
+    """A promotion the rules refuse (:func:`policies.promotion.refusal`): the error body adds ``reason``."""
+
+    code = "promotion_refused"
+
+    def __init__(self, message: str, *, reason: str, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.reason = reason
 
 
 class Unauthorized(ApiError):

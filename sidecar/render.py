@@ -76,9 +76,12 @@ def render_trial_list(items: list[dict[str, Any]]) -> str:
 
 
 def render_live(d: dict[str, Any]) -> str:
+    from sidecar.cli_watches import render_live_head
+
     out = []
     alerts = d.get("alerts") or []
     out.append(f"alerts: {len(alerts)} firing" if alerts else "alerts: none firing")
+    out.extend(render_live_head(d))  # firing alerts first, then the tiles and the watches
     running = d.get("running_trials") or []
     if running:
         rows = [

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from aiohttp import web
 
@@ -55,7 +55,11 @@ from sidecar.trials import TrialDefaults
 from sidecar.uplink_delivery import open_delivery
 from sidecar.uplink_hook import uplink_case_result
 from sidecar.uplink_states import StatePublisher
+from sidecar.watch_hook import watch_step, watch_step_with_uplink
 from uplink.delivery import Delivery
+
+if TYPE_CHECKING:
+    from sidecar.alerts.webhook import AlertWebhook
 
 log = logging.getLogger("shadowtrial")
 
@@ -79,7 +83,9 @@ class Runtime:
         them); by default built from ``[telemetry]`` and closed by :meth:`stop`."""
         self.config = config
         if config.uplink.enabled:  # each finished case writes its content-free record with its outcome
-            hooks = (*hooks, uplink_case_result)
+            hooks = (*hooks, uplink_case_result, watch_step_with_uplink)
+        else:  # a watch's judged case steps its detector in the transaction that records it
+            hooks = (*hooks, watch_step)
         #: The uplink's delivery loop (``[uplink]`` set), started and stopped with the runtime.
         self.delivery: Delivery | None = None
         #: The uplink's outbox holds ``uplink.max_outbox_records``: the tap samples no new case
@@ -142,6 +148,8 @@ class Runtime:
             )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._chores: list[asyncio.Task[None]] = []
+        #: The alert webhook (``[alerts] webhook_url`` set), started and stopped with the runtime.
+        self.webhook: AlertWebhook | None = None
         intake = config.store.intake_dir
         #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`).
         self.journal: Journal | None = Journal(intake) if intake else None
@@ -198,6 +206,12 @@ class Runtime:
             self.states = StatePublisher(self.store)
             self._chores.append(asyncio.create_task(
                 self.states.run(self.config.uplink.state_interval_seconds), name="shadowtrial-trial-states"))
+        if self.config.alerts.enabled and self.config.secrets.webhook_secret:
+            from sidecar.alerts.webhook import AlertWebhook
+
+            self.webhook = AlertWebhook(self.store, self.config.alerts, self.config.secrets.webhook_secret,
+                                        clock=self.clock)
+            await self.webhook.start()
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
             self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
@@ -212,6 +226,9 @@ class Runtime:
         await self.engine.stop()
         if self.retention is not None:
             await self.retention.stop()
+        if self.webhook is not None:  # what it has not delivered stays pending for the next life
+            await self.webhook.stop()
+            self.webhook = None
         for task in self._chores:
             task.cancel()
         await asyncio.gather(*self._chores, return_exceptions=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from sidecar.store.base import Store
-from sidecar.store.records import Effect, OutboxRecord, TrialRecord
+from sidecar.store.records import OutboxRecord, TrialRecord
 from uplink.schema import TrialSpec, encode_record
 
 TOPIC = "trial_spec"
@@ -79,7 +79,7 @@ def trial_spec(
 def spec_effects(
     record: TrialRecord, *, status: str, reason: str | None, at: float,
     site: str | None = None, retention: bool | None = None, started_by: str | None = None,
-) -> tuple[Effect, ...]:
+) -> tuple[OutboxRecord, ...]:
     """The outbox record of a change of ``record``, or none when the trial neither was nor
     becomes pinned to the control plane (a local trial is nobody else's business)."""
     if CONTROL_PLANE not in (record.execution_site, site):
@@ -89,11 +89,11 @@ def spec_effects(
     return (OutboxRecord(record_id=spec.id, topic=TOPIC, body=encode_record(spec).decode()),)
 
 
-async def pause_effects(store: Store, team: str, *, reason: str, at: float) -> Mapping[str, Sequence[Effect]]:
+async def pause_effects(store: Store, team: str, *, reason: str, at: float) -> Mapping[str, Sequence[OutboxRecord]]:
     """The spec each running control-plane trial of ``team`` gets if a posture write pauses it
     (the store writes only those of the trials it pauses, in the pause's transaction)."""
     running = await store.list_trials(teams=[team], status="running")
-    out: dict[str, Sequence[Effect]] = {}
+    out: dict[str, Sequence[OutboxRecord]] = {}
     for r in running:
         effects = spec_effects(r, status="posture_changed", reason=reason, at=at)
         if effects:

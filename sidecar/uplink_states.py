@@ -94,6 +94,8 @@ class StatePublisher:
         """One pass; how many records it wrote."""
         written: list[OutboxRecord] = []
         for record in await self._store.list_trials():
+            if record.kind == "watch":  # a watch's day row: its alerts are its records
+                continue
             if record.status != "running" and self._seen_row.get(record.id) == record.state_revision:
                 continue
             snap = await self._store.snapshot(record.id)

@@ -166,6 +166,8 @@ class Harness:
         hooks: Sequence[FinishHook] = (),
         auth: bool | str | Callable[[AuthKit], str] = False,
         telemetry: Telemetry | None = None,
+        never_called: Sequence[str] = (INCUMBENT,),
+        clock: Callable[[], float] | None = None,
         **config_kw: Any,
     ) -> None:
         """``environ`` is what the config loader sees (secrets such as the tap token); ``config_kw`` go to
@@ -181,6 +183,10 @@ class Harness:
         self.config_kw = config_kw
         self.hooks = tuple(hooks)
         self.telemetry = telemetry
+        #: Models the sidecar must never call (product rule 2). A watch's test passes the
+        #: promoted model instead: after promotion the replaced model is the one dispatched.
+        self.never_called = tuple(never_called)
+        self.clock = clock
         self.sidecar: Sidecar | None = None
         self.config: Config | None = None
         self.admin: httpx.AsyncClient | None = None
@@ -190,7 +196,8 @@ class Harness:
         await self.fake.start()
         path = write_config(self.tmp, self.fake.base_url, **self.config_kw)
         self.config = load_config(str(path), self.environ)
-        self.sidecar = Sidecar(self.config, hooks=self.hooks, telemetry=self.telemetry)
+        runtime_kw: dict[str, Any] = {} if self.clock is None else {"clock": self.clock}
+        self.sidecar = Sidecar(self.config, hooks=self.hooks, telemetry=self.telemetry, **runtime_kw)
         await self.sidecar.start()
         headers = {"Authorization": f"Bearer {self.auth.token()}"} if self.auth is not None else None
         self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0, headers=headers)
@@ -204,7 +211,8 @@ class Harness:
         await self.sidecar.stop()
         await self.fake.stop()
         # Product rule 2: the incumbent's answer is reused; the sidecar never calls it.
-        assert self.fake.calls[INCUMBENT] == 0, f"the sidecar called the incumbent {self.fake.calls[INCUMBENT]} time(s)"
+        for model in self.never_called:
+            assert self.fake.calls[model] == 0, f"the sidecar called the incumbent {model} {self.fake.calls[model]} time(s)"
 
     def token(self, **claims: Any) -> str:
         """A token the sidecar accepts (``Harness(auth=True)`` only); see :meth:`AuthKit.token`."""

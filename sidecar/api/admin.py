@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import HttpVersion11, web
 
-from sidecar.errors import ApiError, BadRequest, UnsupportedEncoding
+from sidecar.errors import ApiError, BadRequest, PromotionRefused, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
@@ -21,6 +21,9 @@ from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
 from sidecar.services.compare import CompareService, decode_compare
 from sidecar.services.trials import TrialService
+from sidecar.api.watch_routes import WATCH_ROUTES
+from sidecar.services.promotion import PromotionService
+from sidecar.services.watches import WatchService
 from sidecar.telemetry.names import METRICS
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.trials import (
@@ -35,6 +38,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TRIALS: web.AppKey[TrialService] = web.AppKey("trials", TrialService)
 POSTURE: web.AppKey[PostureService] = web.AppKey("posture", PostureService)
 COMPARE: web.AppKey[CompareService] = web.AppKey("compare", CompareService)
+WATCHES: web.AppKey[WatchService] = web.AppKey("watches", WatchService)
+PROMOTION: web.AppKey[PromotionService] = web.AppKey("promotion", PromotionService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -49,6 +54,9 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> we
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except PromotionRefused as exc:  # the one refusal whose body says more: why
+        return _json({"error": {"code": exc.code, "message": exc.message, "field": exc.field, "reason": exc.reason}},
+                     exc.status)
     except ApiError as exc:
         return _error(exc.status, exc.code, exc.message, exc.field)
     except IdempotencyConflict as exc:
@@ -177,7 +185,7 @@ async def compare(request: web.Request) -> web.StreamResponse:
 
 
 async def live(request: web.Request) -> web.Response:
-    return _json(await request.app[TRIALS].live(principal_of(request)))
+    return _json(await request.app[WATCHES].live(principal_of(request)))
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -261,6 +269,8 @@ def admin_app(rt: Any) -> web.Application:
     app[TRIALS] = TrialService(rt)
     app[POSTURE] = PostureService(rt)
     app[COMPARE] = CompareService(rt)
+    app[WATCHES] = WatchService(rt)
+    app[PROMOTION] = PromotionService(rt)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -273,6 +283,7 @@ def admin_app(rt: Any) -> web.Application:
         ("PUT", "/v1/teams/{team}/posture", put_posture),
         ("POST", "/v1/compare", compare),
         ("GET", "/v1/live", live),
+        *WATCH_ROUTES,
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),

@@ -28,6 +28,7 @@ _ERROR = {
                 "code": {"type": "string"},
                 "message": {"type": "string"},
                 "field": {"type": ["string", "null"]},
+                "reason": {"type": "string", "description": "409 promotion_refused only: why (docs/alerts.md)"},
             },
             "required": ["code", "message"],
         }
@@ -66,8 +67,12 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def openapi_document() -> dict[str, Any]:
-    (create, exchange, reply, posture, compare), components = msgspec.json.schema_components(
-        [TrialCreate, Exchange, TapReply, PostureIn, CompareRequest], ref_template="#/components/schemas/{name}"
+    from sidecar.api.openapi_watches import watch_paths
+    from sidecar.services.promotion import PromoteBody
+
+    (create, exchange, reply, posture, compare, promote), components = msgspec.json.schema_components(
+        [TrialCreate, Exchange, TapReply, PostureIn, CompareRequest, PromoteBody],
+        ref_template="#/components/schemas/{name}"
     )
     components["Error"] = _ERROR
     trial_id = [{"name": "trial_id", "in": "path", "required": True, "schema": {"type": "string"}}]
@@ -198,10 +203,12 @@ def openapi_document() -> dict[str, Any]:
                                       "responses": {"200": {"description": "OpenAPI 3.1 document"}}}},
         },
         "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
+        # (promotion, watches, alerts and results are merged in below)
         # Every admin operation needs a bearer JWT unless it says otherwise (docs/security.md);
         # with auth.mode = "off" (loopback only) none is asked for.
         "security": [{"adminBearer": []}],
     }
+    document["paths"].update(watch_paths(promote, _errors))
     for path, item in document["paths"].items():
         for operation in item.values():
             if path in PUBLIC_PATHS:

@@ -76,7 +76,7 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
     ended = r.status != "running"
     return {
         "code": ev.verdict,
-        "wording": traffic_wording(ev.verdict, ended=ended, promoted=False),
+        "wording": traffic_wording(ev.verdict, ended=ended, promoted=r.status == "adopted"),
         "evidence": "traffic",
         "cases": ev.n,
         "mean_score": ev.mean_score,

@@ -41,7 +41,7 @@ from sidecar.engine.case import CaseRunner
 from sidecar.auth.revocations import Revocations
 from sidecar.fold import fold_trial
 from sidecar.engine.handoff import Handoff
-from sidecar.engine.subjects import FinishHook, Subject, activate
+from sidecar.engine.subjects import FinishHook, Subject, SubjectKind, activate
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange
@@ -52,6 +52,7 @@ from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import EngineTelemetry
 from sidecar.trials import Resolved
+from sidecar.watches import roll_watches
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -343,7 +344,7 @@ class Engine:
         try:
             subject = activate(
                 record, resolve=self.resolve, providers=self._providers, shadow_header=self.settings.shadow_header,
-                wrap=self.telemetry.wrap, kind="replay" if record.source == "replay" else "trial",
+                wrap=self.telemetry.wrap, kind=_kind(record),
             )
         except (LookupError, KeyError) as exc:
             log.error("trial %s cannot run on this sidecar: %s", record.id, exc)
@@ -357,6 +358,7 @@ class Engine:
         """Re-read running trials; activate new ones; install the tap's routes."""
         assert self._store is not None
         edits = self.routing.edits
+        await roll_watches(self._store, self.clock())  # a watch's new UTC day: its row, with the day's cap
         running = await self._store.list_trials(status="running")
         fresh: dict[str, Subject] = {}
         for record in running:
@@ -506,3 +508,10 @@ def _repinned(held: TrialRecord, fresh: TrialRecord) -> bool:
         fresh.execution_site, fresh.prompt_retention, fresh.started_by
     )
 
+
+
+def _kind(record: TrialRecord) -> SubjectKind:
+    """What a case of ``record`` runs for: a watch's day row, a replay, or a live trial."""
+    if record.kind == "watch":
+        return "watch"
+    return "replay" if record.source == "replay" else "trial"

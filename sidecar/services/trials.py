@@ -60,7 +60,7 @@ class TrialService:
 
     async def _read(self, principal: Principal, trial_id: str) -> TrialRead:
         read = await read_trial(self._rt, trial_id)
-        if read is None:
+        if read is None or read.record.kind != "trial":  # a watch's day row is the watch's (/v1/watches)
             raise NotFound(_missing(trial_id))
         require(principal, read.record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
         return read
@@ -76,7 +76,7 @@ class TrialService:
         teams = visible(principal, team)
         if teams is not None and not teams:
             return []
-        records = await self._rt.store.list_trials(teams=teams, status=status)
+        records = await self._rt.store.list_trials(teams=teams, status=status, kind="trial")
         return [await list_item(self._rt, r) for r in records]
 
     async def spend(self, principal: Principal) -> dict[str, Any]:
@@ -95,7 +95,7 @@ class TrialService:
         intake figures and counters (fleet-wide, and free of team names)."""
         rt = self._rt
         teams = visible(principal)
-        running = [] if teams is not None and not teams else await rt.store.list_trials(teams=teams, status="running")
+        running = [] if teams is not None and not teams else await rt.store.list_trials(teams=teams, status="running", kind="trial")
         return {
             "alerts": [],
             "running_trials": [await live_item(rt, r) for r in running],
@@ -163,7 +163,8 @@ class TrialService:
         if updated is None:
             raise NotFound(_missing(trial_id))
         if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
-            raise Conflict(f"trial {trial_id} is already stopped", code="trial_not_running")
+            raise Conflict(f"trial {trial_id} is already {'adopted' if updated.status == 'adopted' else 'stopped'}",
+                           code="trial_not_running")
         rt.routing.remove(trial_id)
         return await self.get(principal, trial_id)
 
@@ -237,7 +238,7 @@ class TrialService:
 
     async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:
         record = await self._rt.store.get_trial(trial_id)
-        if record is None:
+        if record is None or record.kind != "trial":
             raise NotFound(_missing(trial_id))
         require(principal, record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
         return record

@@ -42,7 +42,6 @@ from sidecar.store.corpus_records import (
 from sidecar.store.records import (
     CaseFinish,
     Collected,
-    Effect,
     CaseStart,
     ClaimOutcome,
     KeptState,
@@ -59,12 +58,13 @@ from sidecar.store.records import (
     TrialRecord,
     TrialSnapshot,
 )
+from sidecar.store.watch_records import AlertRow, AlertTransition, PromoteResult, PromotionRecord, WatchRecord
 
 
 class TrialStore(Protocol):
     async def create_trial(
         self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> TrialRecord:
         """Insert ``trial``; with a key, return the trial first created under it
         (raise ``IdempotencyConflict`` if the key came with another body).
@@ -74,15 +74,18 @@ class TrialStore(Protocol):
 
     async def get_trial(self, trial_id: str) -> TrialRecord | None: ...
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
-        """Newest first."""
+    async def list_trials(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
+    ) -> list[TrialRecord]:
+        """Newest first; ``kind`` (``trial``, ``watch``) keeps rows of that kind only."""
         ...
 
     async def set_trial_status(
         self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> tuple[TrialRecord | None, bool]:
-        """Conditional: changes nothing when the trial already has ``status``.
+        """Conditional: changes nothing when the trial already has ``status``, or is ``adopted``
+        (a promotion's mark is final).
         Returns (record after, changed); (None, False) for an unknown trial.
         ``effects`` are written to the outbox in the same transaction, only when it changed."""
         ...
@@ -90,7 +93,7 @@ class TrialStore(Protocol):
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
-        effects: Sequence[Effect] = (), now: float = 0.0,
+        effects: Sequence[OutboxRecord] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         """Conditional: a trial in one of the ``paused`` statuses runs again, its status reason
         cleared and ``started_by`` set (the resumer takes the trial on); ``execution_site`` and
@@ -180,7 +183,7 @@ class PostureStore(Protocol):
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> PostureWrite:
         """Set the team's posture and, in the same transaction, pause ``posture_changed`` (with
         ``reason``) each running trial of the team whose pinned site is not ``site`` or whose
@@ -203,7 +206,7 @@ class PostureStore(Protocol):
 
     async def pause_mismatched(
         self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
-        effects: Mapping[str, Sequence[Effect]] | None = None,
+        effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> list[str]:
         """Pause ``posture_changed`` each running trial of ``team`` whose pinned site is not
         ``site`` or whose pinned retention is not ``prompt_retention``; their ids.
@@ -401,9 +404,81 @@ class CorpusStore(Protocol):
         ...
 
 
+class WatchStore(Protocol):
+    """Promotion, watches and alerts (DESIGN.md section 10; records in
+    :mod:`sidecar.store.watch_records`). A watch is born only in :meth:`promote`. The
+    detector is stepped in :meth:`CaseLedger.finish_case` by a ``WatchStep`` effect."""
+
+    async def promote(
+        self, promotion: PromotionRecord, watch: WatchRecord, first_day: TrialRecord, *, promotable: Sequence[str],
+        idempotency_key: str | None = None, body_hash: str | None = None,
+    ) -> PromoteResult:
+        """One transaction: with a key already used, the watch first created under it (raise
+        ``IdempotencyConflict`` if it came with another body); else, only if the trial's status
+        is in ``promotable``, mark it ``adopted`` (ended now if it was running) and insert the
+        promotion, the watch and its first day row. Otherwise nothing is written and the
+        result carries the trial's status (None: no such trial)."""
+        ...
+
+    async def get_watch(self, watch_id: str) -> WatchRecord | None: ...
+
+    async def get_promotion(self, watch_id: str) -> PromotionRecord | None:
+        """The promotion that created the watch."""
+        ...
+
+    async def list_watches(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None
+    ) -> list[WatchRecord]:
+        """Newest first."""
+        ...
+
+    async def roll_watch_day(self, watch_id: str, day: str, row: TrialRecord) -> bool:
+        """Conditional: if the watch is active and its current day is before ``day``, stop its
+        current day row (if running), insert ``row`` as the new day's and make it current.
+        True if it rolled (of several sidecars rolling at once, exactly one does)."""
+        ...
+
+    async def stop_watch(self, watch_id: str, *, now: float) -> tuple[WatchRecord | None, bool]:
+        """Conditional: an active watch becomes ``stopped`` with its current day row.
+        Returns (record after, changed); (None, False) for an unknown watch."""
+        ...
+
+    async def list_alerts(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None
+    ) -> list[AlertRow]:
+        """Firing first, then acknowledged, then resolved; newest first within each."""
+        ...
+
+    async def get_alert(self, alert_id: str) -> AlertRow | None: ...
+
+    async def transition_alert(
+        self, alert_id: str, to: str, *, allowed_from: Sequence[str], actor: str | None, now: float,
+        outbox: OutboxRecord | None = None,
+    ) -> tuple[AlertRow | None, bool]:
+        """Conditional: an alert in one of ``allowed_from`` moves to ``to``; its transition row
+        (for the webhook) and ``outbox`` are written in the same transaction."""
+        ...
+
+    async def spend_window(self, *, since: float, until: float, teams: Sequence[str] | None = None) -> dict[str, int]:
+        """Over cases finished in ``[since, until)`` (trials and watches): ``charged`` (evaluation
+        spend, list price, held unknowns included), ``cases``, and the served exchanges' own
+        cost beside it — ``incumbent_known`` micros and ``incumbent_unknown`` exchanges whose
+        cost was unknown (never counted as zero)."""
+        ...
+
+    async def pending_transitions(self, *, limit: int) -> list[AlertTransition]:
+        """Alert transitions the webhook has not delivered, oldest first."""
+        ...
+
+    async def mark_transition(self, transition_id: str, *, done: bool, now: float) -> None:
+        """Count a delivery attempt; ``done`` ends the transition's delivery (it was delivered,
+        or the webhook gave up on it: attempts spent, or a refusal no retry can change)."""
+        ...
+
+
 class Store(
     TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, RetentionStore,
-    CorpusStore, Protocol,
+    CorpusStore, WatchStore, Protocol,
 ):
     """Everything one process needs; opened and closed by the app's lifecycle.
 

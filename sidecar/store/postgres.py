@@ -41,7 +41,6 @@ from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
     Collected,
-    Effect,
     CaseStart,
     ClaimOutcome,
     GatewayReport,
@@ -61,6 +60,7 @@ from sidecar.store.records import (
     ended_outcome,
 )
 from sidecar.store.schema_pg import migrate
+from sidecar.store.watch_pg import PostgresWatches, apply_effects
 
 T = TypeVar("T")
 Conn = Any  # asyncpg.Connection; asyncpg ships no type information
@@ -82,7 +82,7 @@ def _trial(row: Any) -> TrialRecord:
     return TrialRecord(**{k: row[k] for k in _TRIAL_FIELDS})
 
 
-class PostgresStore(PostgresCorpus):
+class PostgresStore(PostgresCorpus, PostgresWatches):
     """The :class:`sidecar.store.base.Store` over one PostgreSQL database.
 
     Several instances — in one process or many — may share the database; that
@@ -141,7 +141,7 @@ class PostgresStore(PostgresCorpus):
 
     async def create_trial(
         self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> TrialRecord:
         """The key row is inserted first: a concurrent create with the same key
         waits on it, then finds it and returns the same trial."""
@@ -168,23 +168,26 @@ class PostgresStore(PostgresCorpus):
         row = await self._open_pool().fetchrow("SELECT * FROM trials WHERE id=$1", trial_id)
         return None if row is None else _trial(row)
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
+    async def list_trials(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
+    ) -> list[TrialRecord]:
         rows = await self._open_pool().fetch(
             "SELECT * FROM trials WHERE ($1::text[] IS NULL OR team = ANY($1::text[])) "
-            "AND ($2::text IS NULL OR status = $2::text) ORDER BY created_at DESC, id",
-            None if teams is None else list(teams), status,
+            "AND ($2::text IS NULL OR status = $2::text) AND ($3::text IS NULL OR kind = $3::text) "
+            "ORDER BY created_at DESC, id",
+            None if teams is None else list(teams), status, kind,
         )
         return [_trial(r) for r in rows]
 
     async def set_trial_status(
         self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> tuple[TrialRecord | None, bool]:
         async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
             row = await conn.fetchrow(
                 "UPDATE trials SET status=$2, status_reason=$3, "
                 "ended_at = CASE WHEN $4 THEN COALESCE(ended_at, $5) ELSE ended_at END "
-                "WHERE id=$1 AND status <> $2 RETURNING *",
+                "WHERE id=$1 AND status <> $2 AND status <> 'adopted' RETURNING *",  # adoption is final
                 trial_id, status, reason, ended, now,
             )
             if row is not None:
@@ -198,7 +201,7 @@ class PostgresStore(PostgresCorpus):
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
-        effects: Sequence[Effect] = (), now: float = 0.0,
+        effects: Sequence[OutboxRecord] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         async def fn(conn: Conn) -> tuple[TrialRecord | None, bool]:
             row = await conn.fetchrow(
@@ -254,7 +257,7 @@ class PostgresStore(PostgresCorpus):
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> PostureWrite:
         """The posture row is created if missing, then locked (so two writers of one team take
         turns and each compares the revision the other committed), then the trials are paused."""
@@ -301,7 +304,7 @@ class PostgresStore(PostgresCorpus):
 
     async def pause_mismatched(
         self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
-        effects: Mapping[str, Sequence[Effect]] | None = None,
+        effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> list[str]:
         return await self._tx(lambda conn: _pause(conn, team, site, prompt_retention, reason, effects, now))
 
@@ -423,7 +426,7 @@ class PostgresStore(PostgresCorpus):
                         for j in finish.judgments
                     ],
                 )
-            await _enqueue(conn, finish.effects, finish.finished_at)
+            await apply_effects(conn, finish)  # outbox records and watch steps
             await _bump(conn, {(finish.trial_id, finish.outcome): 1})
             return True
 
@@ -717,7 +720,7 @@ def _posture(row: Any) -> TeamPosture:
                        row["updated_by"])
 
 
-async def _enqueue(conn: Conn, effects: Sequence[Effect], at: float) -> int:
+async def _enqueue(conn: Conn, effects: Sequence[OutboxRecord], at: float) -> int:
     """Write outbox records, each unless its id is there already; how many went in."""
     added = 0
     for e in effects:
@@ -732,7 +735,7 @@ async def _enqueue(conn: Conn, effects: Sequence[Effect], at: float) -> int:
 
 async def _pause(
     conn: Conn, team: str, site: str, retention: bool, reason: str,
-    effects: Mapping[str, Sequence[Effect]] | None = None, now: float = 0.0,
+    effects: Mapping[str, Sequence[OutboxRecord]] | None = None, now: float = 0.0,
 ) -> list[str]:
     """Pause the team's running trials pinned to another site or retention; their ids. The
     rows are locked in ascending id first (the lock order of the module's docstring)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized"]
+TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted"]
 ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
 CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
 LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
@@ -107,6 +107,11 @@ class TrialRecord:
     #: through, and how many exchanges it handed to the engine.
     replay_cursor: int = 0
     replay_fed: int = 0
+    #: What the row runs for: ``trial``, or ``watch`` — one UTC day of a watch's sentinel
+    #: (:mod:`sidecar.store.watch_records`), whose ``cap_micros`` is that day's cap.
+    kind: str = "trial"
+    #: The watch a ``watch`` row belongs to; None for a trial.
+    watch_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +216,10 @@ class OutboxRecord:
     body: str
 
 
+from sidecar.store.watch_records import WatchStep  # noqa: E402  (its module imports nothing of this one at run time)
+
 #: Everything a post-finish hook may ask the store to write with the outcome.
-Effect = OutboxRecord
+Effect = OutboxRecord | WatchStep
 
 
 @dataclass(frozen=True, slots=True)

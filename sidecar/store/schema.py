@@ -253,4 +253,73 @@ MIGRATIONS: tuple[str, ...] = (
     # 11: corpus evidence (issue 13): datasets, versions, item revisions, slices, suites,
     # comparison groups and their request keys (sidecar/store/corpus_schema.py)
     corpus_schema.SQLITE,
+    # 12: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
+    # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
+    # the watch keeps its detector's design and integer state; alerts and their transitions
+    # (kept until the webhook delivered them)
+    """
+    ALTER TABLE trials ADD COLUMN kind TEXT NOT NULL DEFAULT 'trial';
+    ALTER TABLE trials ADD COLUMN watch_id TEXT;
+    CREATE TABLE watches (
+        id TEXT PRIMARY KEY,
+        team TEXT NOT NULL,
+        trial_id TEXT NOT NULL UNIQUE REFERENCES trials(id),
+        old_model TEXT NOT NULL,
+        new_model TEXT NOT NULL,
+        route TEXT,
+        gateway TEXT,
+        sample_rate REAL NOT NULL,
+        daily_cap_micros INTEGER NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        baseline REAL NOT NULL,
+        design_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        created_by TEXT,
+        status TEXT NOT NULL,
+        stopped_at REAL,
+        current_day TEXT NOT NULL,
+        current_trial_id TEXT NOT NULL,
+        statistic INTEGER NOT NULL DEFAULT 0,
+        judged INTEGER NOT NULL DEFAULT 0,
+        decisive INTEGER NOT NULL DEFAULT 0,
+        fired_at INTEGER,
+        old_wins INTEGER NOT NULL DEFAULT 0,
+        new_wins INTEGER NOT NULL DEFAULT 0,
+        ties INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX watches_team_status ON watches (team, status);
+    CREATE TABLE promotions (
+        id TEXT PRIMARY KEY,
+        trial_id TEXT NOT NULL UNIQUE,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        promoted_by TEXT,
+        promoted_at REAL NOT NULL,
+        evidence_json TEXT NOT NULL
+    );
+    CREATE TABLE alerts (
+        id TEXT PRIMARY KEY,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        status TEXT NOT NULL,
+        raised_at REAL NOT NULL,
+        evidence_json TEXT NOT NULL,
+        acknowledged_at REAL,
+        acknowledged_by TEXT,
+        resolved_at REAL,
+        resolved_by TEXT
+    );
+    CREATE INDEX alerts_team_status ON alerts (team, status);
+    CREATE TABLE alert_transitions (
+        id TEXT PRIMARY KEY,
+        alert_id TEXT NOT NULL,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        state TEXT NOT NULL,
+        at REAL NOT NULL,
+        actor TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        delivered_at REAL
+    );
+    """,
 )

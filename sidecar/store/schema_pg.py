@@ -240,6 +240,74 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 10: corpus evidence, as in SQLite's migration 11 (sidecar/store/corpus_schema.py)
     corpus_schema.POSTGRES,
+    # 11: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
+    # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
+    # the watch keeps its detector's design and integer state; alerts and their transitions
+    # (kept until the webhook delivered them)
+    """
+    ALTER TABLE trials ADD COLUMN kind TEXT NOT NULL DEFAULT 'trial', ADD COLUMN watch_id TEXT;
+    CREATE TABLE watches (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        team TEXT NOT NULL,
+        trial_id TEXT COLLATE "C" NOT NULL UNIQUE REFERENCES trials(id),
+        old_model TEXT NOT NULL,
+        new_model TEXT NOT NULL,
+        route TEXT,
+        gateway TEXT,
+        sample_rate DOUBLE PRECISION NOT NULL,
+        daily_cap_micros BIGINT NOT NULL,
+        judge_version_id TEXT NOT NULL,
+        baseline DOUBLE PRECISION NOT NULL,
+        design_json TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        created_by TEXT,
+        status TEXT NOT NULL,
+        stopped_at DOUBLE PRECISION,
+        current_day TEXT NOT NULL,
+        current_trial_id TEXT NOT NULL,
+        statistic BIGINT NOT NULL DEFAULT 0,
+        judged BIGINT NOT NULL DEFAULT 0,
+        decisive BIGINT NOT NULL DEFAULT 0,
+        fired_at BIGINT,
+        old_wins BIGINT NOT NULL DEFAULT 0,
+        new_wins BIGINT NOT NULL DEFAULT 0,
+        ties BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX watches_team_status ON watches (team, status);
+    CREATE TABLE promotions (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        trial_id TEXT NOT NULL UNIQUE,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        promoted_by TEXT,
+        promoted_at DOUBLE PRECISION NOT NULL,
+        evidence_json TEXT NOT NULL
+    );
+    CREATE TABLE alerts (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        status TEXT NOT NULL,
+        raised_at DOUBLE PRECISION NOT NULL,
+        evidence_json TEXT NOT NULL,
+        acknowledged_at DOUBLE PRECISION,
+        acknowledged_by TEXT,
+        resolved_at DOUBLE PRECISION,
+        resolved_by TEXT
+    );
+    CREATE INDEX alerts_team_status ON alerts (team, status);
+    CREATE TABLE alert_transitions (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        alert_id TEXT NOT NULL,
+        watch_id TEXT NOT NULL,
+        team TEXT NOT NULL,
+        state TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        actor TEXT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        delivered_at DOUBLE PRECISION
+    );
+    """,
 )
 
 

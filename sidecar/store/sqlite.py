@@ -23,7 +23,6 @@ from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
     Collected,
-    Effect,
     ended_outcome,
     CaseStart,
     ClaimOutcome,
@@ -43,6 +42,7 @@ from sidecar.store.records import (
     TrialSnapshot,
 )
 from sidecar.store.schema import MIGRATIONS, statements
+from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
     return TrialRecord(**values)
 
 
-class SQLiteStore(SQLiteCorpus):
+class SQLiteStore(SQLiteCorpus, SQLiteWatches):
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
     def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:
@@ -128,7 +128,7 @@ class SQLiteStore(SQLiteCorpus):
 
     async def create_trial(
         self, trial: TrialRecord, *, idempotency_key: str | None = None, body_hash: str | None = None,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> TrialRecord:
         def fn(conn: sqlite3.Connection) -> TrialRecord:
             if idempotency_key is not None:
@@ -160,10 +160,15 @@ class SQLiteStore(SQLiteCorpus):
 
         return await self._run(fn)
 
-    async def list_trials(self, *, teams: Sequence[str] | None = None, status: str | None = None) -> list[TrialRecord]:
+    async def list_trials(
+        self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
+    ) -> list[TrialRecord]:
         def fn(conn: sqlite3.Connection) -> list[TrialRecord]:
             sql = "SELECT * FROM trials WHERE 1=1"
             args: list[Any] = []
+            if kind is not None:
+                sql += " AND kind=?"
+                args.append(kind)
             if teams is not None:
                 sql += f" AND team IN ({', '.join('?' for _ in teams)})"
                 args.extend(teams)
@@ -177,14 +182,15 @@ class SQLiteStore(SQLiteCorpus):
 
     async def set_trial_status(
         self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
-        effects: Sequence[Effect] = (),
+        effects: Sequence[OutboxRecord] = (),
     ) -> tuple[TrialRecord | None, bool]:
         """Set the status unless it already is ``status``; returns (record, changed)."""
 
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
             cur = conn.execute(
                 "UPDATE trials SET status=?, status_reason=?, "
-                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ?",
+                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ? "
+                "AND status != 'adopted'",  # adoption is final (a promotion made it)
                 (status, reason, int(ended), now, trial_id, status),
             )
             if cur.rowcount == 1:
@@ -197,7 +203,7 @@ class SQLiteStore(SQLiteCorpus):
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,
-        effects: Sequence[Effect] = (), now: float = 0.0,
+        effects: Sequence[OutboxRecord] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
             marks = ", ".join("?" for _ in paused) or "NULL"
@@ -251,7 +257,7 @@ class SQLiteStore(SQLiteCorpus):
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
-        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[Effect]] | None = None,
+        site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> PostureWrite:
         def fn(conn: sqlite3.Connection) -> PostureWrite:
             current = _posture(conn, team)
@@ -295,7 +301,7 @@ class SQLiteStore(SQLiteCorpus):
 
     async def pause_mismatched(
         self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
-        effects: Mapping[str, Sequence[Effect]] | None = None,
+        effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> list[str]:
         return await self._write(lambda conn: _pause(conn, team, site, prompt_retention, reason, effects, now))
 
@@ -423,7 +429,7 @@ class SQLiteStore(SQLiteCorpus):
                     for j in finish.judgments
                 ],
             )
-            _enqueue(conn, finish.effects, finish.finished_at)
+            apply_effects(conn, finish)  # outbox records and watch steps
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
 
@@ -799,7 +805,7 @@ def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:
 
 def _pause(
     conn: sqlite3.Connection, team: str, site: str, retention: bool, reason: str,
-    effects: Mapping[str, Sequence[Effect]] | None, now: float,
+    effects: Mapping[str, Sequence[OutboxRecord]] | None, now: float,
 ) -> list[str]:
     """Pause the team's running trials pinned to another site or retention, writing the
     effects given for each one paused; their ids."""
@@ -815,7 +821,7 @@ def _pause(
     return paused
 
 
-def _enqueue(conn: sqlite3.Connection, effects: Sequence[Effect], at: float) -> int:
+def _enqueue(conn: sqlite3.Connection, effects: Sequence[OutboxRecord], at: float) -> int:
     """Write outbox records, each unless its id is there already; how many went in."""
     added = 0
     for e in effects:

@@ -227,7 +227,8 @@ async def test_the_openapi_document_shows_the_ranges(tmp_path: Path) -> None:
     assert "415" in post["responses"]
     listing = doc["paths"]["/v1/trials"]["get"]
     (status,) = [p for p in listing["parameters"] if p["name"] == "status"]
-    assert set(status["schema"]["enum"]) == {"running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized"}
+    assert set(status["schema"]["enum"]) == {"running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized",
+                                             "adopted"}
     assert "400" in listing["responses"]
 
 

@@ -19,7 +19,7 @@ from tests.store.factories import trial
 
 #: Columns added by the kept-states migration and every one after it.
 NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by", "source", "source_from",
-              "source_to", "source_size", "replay_cursor", "replay_fed", "state_revision")
+              "source_to", "source_size", "replay_cursor", "replay_fed", "state_revision", "kind", "watch_id")
 
 
 def _before_kept_states(migrations: tuple[str, ...]) -> int:

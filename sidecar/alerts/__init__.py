@@ -1,0 +1,1 @@
+"""Alert delivery: the signed webhook of alert transitions (docs/alerts.md)."""

@@ -1,0 +1,239 @@
+"""Watches and alerts as a principal sees them; the Live and Results views.
+
+Watches are born only by promotion (:mod:`sidecar.services.promotion`). Here: read and
+stop them, read alerts and move them (``firing`` → ``acknowledged`` → ``resolved``, or
+``firing`` → ``resolved``), and assemble ``/v1/live`` (firing alerts first, then the
+tiles) and ``/v1/results`` (``traffic`` and ``corpus``, two lists never interleaved).
+Isolation as for trials (:mod:`sidecar.services.access`): another team's watch or alert
+is ``404`` with the message a missing one gets.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import json
+from typing import Any
+
+from policies import cusum
+from policies.promotion import utc_day
+from policies.roles import Principal
+from sidecar.api.views import list_item, live_item, spend_totals_view
+from sidecar.errors import BadRequest, Conflict, NotFound
+from sidecar.runtime import Runtime
+from sidecar.services.access import require, visible
+from sidecar.store.records import OutboxRecord
+from sidecar.store.watch_records import AlertRow, WatchRecord
+from uplink.schema import AlertRecord, encode_record
+
+DAY_S = 86_400.0
+
+#: ``GET /v1/results`` filters.
+RESULT_PARAMS = ("team", "status", "model", "since", "until")
+
+
+def _no_watch(watch_id: str) -> str:
+    return f"no watch {watch_id!r}"
+
+
+def _no_alert(alert_id: str) -> str:
+    return f"no alert {alert_id!r}"
+
+
+def alert_view(a: AlertRow) -> dict[str, Any]:
+    return {
+        "id": a.id, "watch_id": a.watch_id, "team": a.team, "status": a.status, "raised_at": a.raised_at,
+        "evidence": json.loads(a.evidence_json),
+        "acknowledged_at": a.acknowledged_at, "acknowledged_by": a.acknowledged_by,
+        "resolved_at": a.resolved_at, "resolved_by": a.resolved_by,
+    }
+
+
+class WatchService:
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    # -- watches -------------------------------------------------------------------
+
+    async def view(self, w: WatchRecord) -> dict[str, Any]:
+        """A watch: judged cases, the old model's win rate, the detector's statistic and
+        threshold, today's spend against the daily cap."""
+        design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
+        day = await self._rt.store.get_trial(w.current_trial_id)
+        today = utc_day(self._rt.clock())
+        spent = reserved = 0
+        if day is not None and w.current_day == today:
+            spent, reserved = day.spent_micros, day.reserved_micros
+        decisive = w.old_wins + w.new_wins
+        alert = await self._rt.store.get_alert(f"{w.id}.alert")
+        promotion = await self._rt.store.get_promotion(w.id)
+        return {
+            "id": w.id, "team": w.team, "status": w.status, "trial_id": w.trial_id,
+            "old_model": w.old_model, "new_model": w.new_model, "route": w.route, "gateway": w.gateway,
+            "sample_rate": w.sample_rate, "judge_version_id": w.judge_version_id,
+            "current_day": w.current_day, "current_row": w.current_trial_id,
+            "created_at": w.created_at, "created_by": w.created_by, "stopped_at": w.stopped_at,
+            "judged": w.judged, "decisive": decisive, "old_wins": w.old_wins, "new_wins": w.new_wins, "ties": w.ties,
+            "old_win_rate": None if decisive == 0 else w.old_wins / decisive,
+            "detector": {
+                "kind": "one-sided Bernoulli CUSUM on old-model wins (ties aside)",
+                "baseline": design.baseline, "alternative": design.alternative,
+                "statistic": w.statistic * design.unit, "threshold": design.threshold_llr,
+                "statistic_units": w.statistic, "threshold_units": design.threshold,
+                "min_judged": design.min_judged, "arl0_decisive": design.arl0,
+                "fired": w.fired_at is not None, "fired_at_judged": w.fired_at,
+            },
+            "spend_today": {
+                "day": today, "cap_micros": w.daily_cap_micros, "charged_micros": spent, "reserved_micros": reserved,
+                "remaining_micros": w.daily_cap_micros - spent - reserved, "basis": "list_price",
+            },
+            "alert": None if alert is None else {"id": alert.id, "status": alert.status},
+            "promotion": None if promotion is None else {
+                "id": promotion.id, "promoted_by": promotion.promoted_by, "promoted_at": promotion.promoted_at,
+                "evidence": json.loads(promotion.evidence_json),
+            },
+        }
+
+    async def list(self, principal: Principal, *, status: str | None = None) -> list[dict[str, Any]]:
+        teams = visible(principal)
+        if teams is not None and not teams:
+            return []
+        return [await self.view(w) for w in await self._rt.store.list_watches(teams=teams, status=status)]
+
+    async def _watch(self, principal: Principal, watch_id: str) -> WatchRecord:
+        w = await self._rt.store.get_watch(watch_id)
+        if w is None:
+            raise NotFound(_no_watch(watch_id))
+        require(principal, w.team, "read", not_found=_no_watch(watch_id), forbidden=_no_watch(watch_id))
+        return w
+
+    async def get(self, principal: Principal, watch_id: str) -> dict[str, Any]:
+        return await self.view(await self._watch(principal, watch_id))
+
+    async def stop(self, principal: Principal, watch_id: str) -> dict[str, Any]:
+        w = await self._watch(principal, watch_id)
+        require(principal, w.team, "write", not_found=_no_watch(watch_id),
+                forbidden=f"your roles may read watch {watch_id!r} but not stop it")
+        updated, changed = await self._rt.store.stop_watch(watch_id, now=self._rt.clock())
+        if updated is None:
+            raise NotFound(_no_watch(watch_id))
+        if not changed:
+            raise Conflict(f"watch {watch_id} is already stopped", code="watch_not_active")
+        self._rt.routing.remove(w.current_trial_id)
+        return await self.view(updated)
+
+    # -- alerts --------------------------------------------------------------------
+
+    async def alerts(self, principal: Principal, *, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        teams = visible(principal)
+        if teams is not None and not teams:
+            return []
+        return [alert_view(a) for a in await self._rt.store.list_alerts(teams=teams, status=status)]
+
+    async def move_alert(self, principal: Principal, alert_id: str, to: str) -> dict[str, Any]:
+        """Acknowledge (from firing) or resolve (from firing or acknowledged) an alert."""
+        rt = self._rt
+        a = await rt.store.get_alert(alert_id)
+        if a is None:
+            raise NotFound(_no_alert(alert_id))
+        require(principal, a.team, "read", not_found=_no_alert(alert_id), forbidden=_no_alert(alert_id))
+        require(principal, a.team, "write", not_found=_no_alert(alert_id),
+                forbidden=f"your roles may read alert {alert_id!r} but not change it")
+        allowed = ("firing",) if to == "acknowledged" else ("firing", "acknowledged")
+        now = rt.clock()
+        outbox = None
+        if rt.config.uplink.enabled:
+            record = AlertRecord(id=f"alert:{alert_id}:{to}", alert_id=alert_id, watch_id=a.watch_id, team=a.team,
+                                 state=to, at=now)  # type: ignore[arg-type]
+            outbox = OutboxRecord(record_id=record.id, topic="alert", body=encode_record(record).decode())
+        updated, changed = await rt.store.transition_alert(
+            alert_id, to, allowed_from=allowed, actor=principal.subject, now=now, outbox=outbox
+        )
+        if updated is None:
+            raise NotFound(_no_alert(alert_id))
+        if not changed:
+            raise Conflict(f"alert {alert_id} is {updated.status}; it cannot become {to}", code="alert_transition_refused")
+        return alert_view(updated)
+
+    # -- live ----------------------------------------------------------------------
+
+    async def live(self, principal: Principal) -> dict[str, Any]:
+        """Firing alerts first, then the tiles: running trials, active watches, firing alerts,
+        evaluation spend (today, last 7 days) beside the served exchanges' metered cost."""
+        rt = self._rt
+        teams = visible(principal)
+        none = teams is not None and not teams
+        firing = [] if none else [alert_view(a) for a in await rt.store.list_alerts(teams=teams, status="firing")]
+        running = [] if none else await rt.store.list_trials(teams=teams, status="running", kind="trial")
+        watches = [] if none else await rt.store.list_watches(teams=teams, status="active")
+        now = rt.clock()
+        midnight = _dt.datetime.fromtimestamp(now, tz=_dt.timezone.utc).replace(
+            hour=0, minute=0, second=0, microsecond=0).timestamp()
+        windows: dict[str, dict[str, Any]] = {}
+        for name, since in (("today", midnight), ("last_7_days", now - 7 * DAY_S)):
+            w = {"charged": 0, "cases": 0, "incumbent_known": 0, "incumbent_unknown": 0}
+            if not none:
+                w = await rt.store.spend_window(since=since, until=now + 1e-6, teams=teams)
+            windows[name] = {
+                "since": since,
+                "evaluation": {"charged_micros": w["charged"], "cases": w["cases"], "basis": "list_price"},
+                "gateway_metered": {
+                    "known_micros": w["incumbent_known"], "unknown_exchanges": w["incumbent_unknown"],
+                    "scope": "the served exchanges of the evaluated cases, as the gateway metered or list-priced them",
+                },
+            }
+        totals = spend_totals_view(
+            {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0} if none else await rt.store.total_spend(teams=teams)
+        )
+        spend = {**totals, **windows, "note": "evaluation spend is shown beside the gateway's metered spend, never summed with it"}
+        running_items = [await live_item(rt, r) for r in running]
+        watch_items = [await self.view(w) for w in watches]
+        return {
+            "alerts": firing,
+            "tiles": [
+                {"tile": "running_trials", "count": len(running_items)},
+                {"tile": "active_watches", "count": len(watch_items)},
+                {"tile": "firing_alerts", "count": len(firing)},
+                {"tile": "evaluation_spend", "today_micros": windows["today"]["evaluation"]["charged_micros"],
+                 "last_7_days_micros": windows["last_7_days"]["evaluation"]["charged_micros"]},
+            ],
+            "running_trials": running_items,
+            "watches": watch_items,
+            "evaluation_spend": spend,
+            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
+            "counters": dict(rt.counters),
+        }
+
+    # -- results -------------------------------------------------------------------
+
+    async def results(self, principal: Principal, query: dict[str, str]) -> dict[str, Any]:
+        """Two lists, never interleaved: ``traffic`` (trials, replay trials), each worded by the
+        traffic table; ``corpus`` (experiments: none exist yet), worded by the corpus table."""
+        team, status, model = query.get("team"), query.get("status"), query.get("model")
+        since = _day(query.get("since"), "since")
+        until = _day(query.get("until"), "until")
+        teams = visible(principal, team)
+        traffic: list[dict[str, Any]] = []
+        if teams is None or teams:
+            for r in await self._rt.store.list_trials(teams=teams, status=status, kind="trial"):
+                if model is not None and model not in (r.incumbent_model, r.candidate_model):
+                    continue
+                if since is not None and r.created_at < since:
+                    continue
+                if until is not None and r.created_at >= until + DAY_S:
+                    continue
+                item = await list_item(self._rt, r)
+                item["evidence"] = "traffic"
+                traffic.append(item)
+        return {"traffic": traffic, "corpus": [],
+                "note": "traffic and corpus evidence are never mixed; only traffic evidence may promote"}
+
+
+def _day(value: str | None, name: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        day = _dt.datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=_dt.timezone.utc)
+    except ValueError:
+        raise BadRequest(f"{name} must be a UTC date YYYY-MM-DD, got {value!r}", field=name) from None
+    return day.timestamp()
