@@ -134,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole loop on simulated models, in one command")
     demo.add_argument("--exchanges", type=int, default=4000, help="most exchanges the simulated gateway sends")
     demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--hold", action=argparse.BooleanOptionalAction, default=None,
+                      help="keep the sidecar and its console up after the verdict, until Ctrl-C "
+                           "(default: on a terminal)")
 
     fake = sub.add_parser("fake-provider", help="serve the demo's simulated models on an OpenAI-compatible endpoint")
     fake.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000; port 0 picks one)")
@@ -550,7 +553,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "demo":
         from sidecar.demo.scenario import run_demo
 
-        return asyncio.run(run_demo(exchanges=args.exchanges, seed=args.seed))
+        hold = args.hold if args.hold is not None else sys.stdin.isatty() and sys.stdout.isatty()
+        return asyncio.run(run_demo(exchanges=args.exchanges, seed=args.seed, hold=hold))
     return _client(args, env)
 
 

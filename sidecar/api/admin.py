@@ -245,6 +245,10 @@ async def no_route(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
+async def console_root(_request: web.Request) -> web.Response:
+    return web.Response(status=308, headers={"Location": "/console/"})
+
+
 async def openapi(_request: web.Request) -> web.Response:
     return _json(openapi_document())
 
@@ -254,11 +258,14 @@ def admin_app(rt: Any) -> web.Application:
     # any handler runs, answering plain text; read_body refuses encodings in the JSON shape.
     from sidecar.api.authn import VERIFIER, authn_middleware, build_verifier
     from sidecar.auth.revocations import Revocations
+    from sidecar.console import CONSOLE_PREFIX, console_app
 
     verifier = build_verifier(rt.config.auth)  # first: no request reaches anything unauthenticated
+    revocations = Revocations(rt.config.auth.revoked_subjects_file)
     app = web.Application(
         middlewares=[
-            authn_middleware(verifier, Revocations(rt.config.auth.revoked_subjects_file)),
+            # The console authenticates its own prefix with the same verifier (a cookie or a header).
+            authn_middleware(verifier, revocations, delegated=(CONSOLE_PREFIX,)),
             errors_middleware,
             store_guard(rt.config.admin.request_timeout_seconds, streams=frozenset({"/v1/compare"})),
         ],
@@ -293,5 +300,8 @@ def admin_app(rt: Any) -> web.Application:
         app.router.add_route(method, path, handler, expect_handler=expect_handler)
         if method == "GET":  # as add_get does
             app.router.add_route("HEAD", path, handler, expect_handler=expect_handler)
+    # The operator console (sidecar/console/): HTML over the same services, before the catch-all.
+    app.router.add_get(CONSOLE_PREFIX, console_root)
+    app.add_subapp(CONSOLE_PREFIX, console_app(rt, app[TRIALS], app[POSTURE], verifier, revocations))
     app.router.add_route("*", "/{tail:.*}", no_route, expect_handler=expect_handler)  # last: the rest
     return app

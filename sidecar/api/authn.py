@@ -71,23 +71,41 @@ def unauthorized(message: str) -> web.Response:
                         headers={"WWW-Authenticate": 'Bearer realm="shadowtrial"'})
 
 
-def authn_middleware(verifier: Verifier | None, revocations: Revocations | None = None) -> Middleware:
-    """``revocations``: subjects whose tokens are refused even while valid (``auth.revoked_subjects_file``)."""
+def authenticate(verifier: Verifier, revocations: Revocations | None, values: list[str]) -> Principal:
+    """The principal of a request's ``Authorization`` header values; :class:`Unauthorized` otherwise.
+    The one check the API and the console (its session cookie read as a bearer token) share."""
+    if len(values) > 1:
+        raise Unauthorized("malformed", "give one Authorization header")
+    principal = verifier.authenticate(values[0] if values else None)
+    if revocations is not None and revocations.revoked(principal.subject):
+        raise Unauthorized("revoked", "the token's subject is revoked")
+    return principal
+
+
+def delegated_path(path: str, prefixes: tuple[str, ...]) -> bool:
+    """Whether ``path`` is ``prefix`` or under ``prefix/`` for one of ``prefixes``."""
+    return any(path == p or path.startswith(p + "/") for p in prefixes)
+
+
+def authn_middleware(
+    verifier: Verifier | None, revocations: Revocations | None = None, *, delegated: tuple[str, ...] = ()
+) -> Middleware:
+    """``revocations``: subjects whose tokens are refused even while valid (``auth.revoked_subjects_file``).
+    ``delegated``: path prefixes whose own middleware authenticates with the same verifier and
+    revocations (the console, :mod:`sidecar.console.session`: a bearer header or its session
+    cookie, answering HTML); nothing under them runs unauthenticated but its login page and
+    static assets."""
 
     @web.middleware
     async def authn(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in PUBLIC_PATHS:
+        # The raw path decides delegation, as it decides routing: "/console%2f..%2fv1" is not the console's.
+        if request.path in PUBLIC_PATHS or delegated_path(request.rel_url.raw_path, delegated):
             return await handler(request)
         if verifier is None:
             request[PRINCIPAL] = LOCAL_DEVELOPMENT
             return await handler(request)
-        values = request.headers.getall("Authorization", [])
         try:
-            if len(values) > 1:
-                raise Unauthorized("malformed", "give one Authorization header")
-            principal = verifier.authenticate(values[0] if values else None)
-            if revocations is not None and revocations.revoked(principal.subject):
-                raise Unauthorized("revoked", "the token's subject is revoked")
+            principal = authenticate(verifier, revocations, request.headers.getall("Authorization", []))
         except Unauthorized as exc:
             log.info("admin %s %s: token refused (%s)", request.method, request.path, exc.reason)
             return unauthorized(exc.message)

@@ -26,7 +26,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 RETRY_AFTER_S = 2
 
 
-def _store_failure(exc: BaseException) -> bool:
+def store_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store failing (locked, away), not a defect (the console answers it too)."""
     if isinstance(exc, (sqlite3.OperationalError, ConnectionError)):
         return True
     module = type(exc).__module__
@@ -47,7 +48,7 @@ def store_guard(timeout_s: float, *, streams: frozenset[str] = frozenset()) -> M
         except TimeoutError:
             message = f"the store did not answer within {timeout_s:g} s"
         except Exception as exc:
-            if not _store_failure(exc):
+            if not store_failure(exc):
                 raise
             message = f"the store failed ({describe(exc)})"
         log.warning("%s %s: %s; answered 503", request.method, request.path, message)

@@ -150,7 +150,9 @@ def demo_auth(tmp: str) -> tuple[str, str]:
     return table, token
 
 
-async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0) -> int:
+async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float = 45.0, hold: bool = False) -> int:
+    """Run the demo; 0 when the sidecar never called the incumbent. ``hold``: after the verdict,
+    keep the sidecar (and its console, over the demo's trial, left running) up until SIGINT/SIGTERM."""
     print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.\n")
     models = demo_models()
     started = time.monotonic()
@@ -174,6 +176,7 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
                 r.raise_for_status()
                 trial_id = r.json()["id"]
                 print(f"trial {trial_id}: {CANDIDATE} (candidate) vs {INCUMBENT} (incumbent), sample rate 50%, cap $5\n")
+                print(console_banner(sidecar.admin_url, trial_id, token))
                 stop = asyncio.Event()
                 sent = [0]
                 gen = asyncio.create_task(_gateway(fake, sidecar.tap_url, exchanges, seed, stop, sent))
@@ -200,10 +203,42 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
                 await gen
                 # Cases already sampled finish and settle before the trial is stopped and tabled.
                 await sidecar.runtime.idle()
-                await admin.post(f"/v1/trials/{trial_id}/stop")
+                if not hold:  # held, the trial stays running for the console to show
+                    await admin.post(f"/v1/trials/{trial_id}/stop")
                 view = (await admin.get(f"/v1/trials/{trial_id}")).json()
-        shadow_incumbent = sum(1 for q in fake.requests if q.model == INCUMBENT and _is_shadow(q.headers))
-        wall = time.monotonic() - started
+                shadow_incumbent = sum(1 for q in fake.requests if q.model == INCUMBENT and _is_shadow(q.headers))
+                _report(view, shadow_incumbent, time.monotonic() - started)
+                if hold:
+                    print(f"\nThe sidecar stays up: open {sidecar.admin_url}/console/trials/{trial_id} "
+                          "(Ctrl-C ends the demo).", flush=True)
+                    await _until_signalled()
+    return 0 if shadow_incumbent == 0 else 1
+
+
+def console_banner(admin_url: str, trial_id: str, token: str) -> str:
+    """What the demo prints about its console: the address, and the development login it accepts."""
+    return (
+        f"console  {admin_url}/console/  (this trial: {admin_url}/console/trials/{trial_id})\n"
+        f"login    paste this development token (tenant_admin of {TEAM}, valid 1 h) into the console's sign-in form:\n"
+        f"         {token}\n"
+    )
+
+
+async def _until_signalled() -> None:
+    import signal
+
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    try:
+        await done.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _report(view: dict[str, Any], shadow_incumbent: int, wall: float) -> None:
     print()
     print(render_trial(view))
     print()
@@ -221,7 +256,6 @@ async def run_demo(*, exchanges: int = 4000, seed: int = 7, time_budget_s: float
         ("wall time", f"{wall:.1f}s"),
     ]
     print(table(rows, ("SIMULATED MODELS — final verdict", "value")))
-    return 0 if shadow_incumbent == 0 else 1
 
 
 def _bounds(iv: dict[str, float] | None) -> str:

@@ -342,11 +342,14 @@ def _refs(node: Any) -> Iterator[str]:
 
 
 def _served_routes(h: Harness) -> set[tuple[str, str]]:
-    """(METHOD, path template) of every route the admin app and the tap app register."""
+    """(METHOD, path template) of every API route the admin app and the tap app register (the
+    operator console under ``/console`` serves HTML pages, not the API: tests/console/)."""
     served: set[tuple[str, str]] = set()
     for app in (admin_app(h.runtime), tap_app(h.runtime)):
         for route in app.router.routes():
             if route.method in ("HEAD", "*") or route.resource is None:
+                continue
+            if route.resource.canonical.startswith("/console"):  # the console's HTML pages, not the API
                 continue
             served.add((route.method, route.resource.canonical))
     return served

@@ -1,0 +1,289 @@
+"""The console's pages: Live, Results, Trials (list, create, detail, stop), Teams (posture), login.
+
+Each handler reads through :class:`~sidecar.services.trials.TrialService` or
+:class:`~sidecar.services.posture.PostureService` with the request's principal, exactly
+as the API's handlers do, and renders a template; a refusal from a service propagates
+to the console's middleware, which answers it as an HTML page with the API's status.
+Writes answer ``303`` to the page that shows their result (post/redirect/get).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from typing import Any
+
+from aiohttp import web
+
+from policies.posture import may_set_posture
+from policies.roles import WRITERS, Principal, decide
+from sidecar.auth.errors import Unauthorized
+from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, state
+from sidecar.console.chart import decision_chart
+from sidecar.console.forms import TRIAL_FIELDS, decode_trial_form, field_name
+from sidecar.console.session import SESSION_COOKIE, clear_cookie, set_cookie
+from sidecar.console.slots import promote_slot
+from sidecar.errors import BadRequest, NotFound
+from sidecar.services.posture import PostureIn, check_if_match, check_team
+from sidecar.services.trials import PAUSED
+from sidecar.store.errors import IdempotencyConflict
+from sidecar.trials import STATUSES
+
+
+def can_write(p: Principal, team: str) -> bool:
+    return decide(p, team, "write") == "allow"
+
+
+def writes_any(p: Principal) -> bool:
+    """Whether the principal may start a trial for some team (the New trial button)."""
+    return p.is_super or bool(p.roles & WRITERS and p.teams)
+
+
+async def visible_teams(request: web.Request) -> list[str]:
+    """The teams the principal sees: its own, or for ``platform_admin`` every team the sidecar knows
+    (configured, or with trials)."""
+    p = principal(request)
+    teams = p.visible_teams()
+    if teams is not None:
+        return sorted(teams)
+    rt = state(request).rt
+    names = set(rt.config.teams)
+    names.update(r.team for r in await rt.store.list_trials())
+    return sorted(names)
+
+
+# -- Live ------------------------------------------------------------------------------
+
+
+async def _live_context(request: web.Request) -> dict[str, Any]:
+    live = await state(request).trials.live(principal(request))
+    return {"live": live}
+
+
+async def live_page(request: web.Request) -> web.Response:
+    return render(request, "live.html", nav="live", **await _live_context(request))
+
+
+async def live_fragment(request: web.Request) -> web.Response:
+    return render(request, "_live_body.html", **await _live_context(request))
+
+
+# -- Results and the trial list ------------------------------------------------------------
+
+
+def _date(query: Any, name: str) -> dt.date | None:
+    text = query.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(f"{name} must be a date such as 2026-11-30, got {text!r}", field=name) from None
+
+
+async def _filtered(request: web.Request) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The filter bar's values and the principal's trials they select (newest first)."""
+    q = request.query
+    filters = {k: q.get(k, "").strip() for k in ("team", "status", "model", "since", "until")}
+    status = filters["status"] or None
+    if status is not None and status not in STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(STATUSES)}, got {status!r}", field="status")
+    team = filters["team"] or None
+    if team is not None:
+        check_team(team)
+    since, until = _date(q, "since"), _date(q, "until")
+    items = await state(request).trials.list(principal(request), status=status, team=team)
+    model = filters["model"].lower()
+    out = []
+    for t in items:
+        if model and model not in t["candidate_model"].lower() and model not in t["incumbent_model"].lower():
+            continue
+        day = dt.datetime.fromtimestamp(t["created_at"], dt.timezone.utc).date()
+        if (since is not None and day < since) or (until is not None and day > until):
+            continue
+        out.append(t)
+    return filters, out
+
+
+async def results_page(request: web.Request) -> web.Response:
+    filters, traffic = await _filtered(request)
+    return render(request, "results.html", nav="results", filters=filters, traffic=traffic, corpus=[],
+                  teams=await visible_teams(request), statuses=STATUSES)
+
+
+async def trials_page(request: web.Request) -> web.Response:
+    filters, items = await _filtered(request)
+    p = principal(request)
+    return render(request, "trials.html", nav="trials", filters=filters, trials=items,
+                  teams=await visible_teams(request), statuses=STATUSES, may_create=writes_any(p))
+
+
+# -- Create ----------------------------------------------------------------------------------
+
+
+def _price_hints(request: web.Request) -> list[dict[str, Any]]:
+    rt = state(request).rt
+    hints = []
+    for alias in sorted(rt.config.models):
+        price = rt.price_book.price_for(alias)
+        hints.append({
+            "alias": alias,
+            "input": None if price is None else price.input_per_mtok / 1_000_000,
+            "output": None if price is None else price.output_per_mtok / 1_000_000,
+        })
+    return hints
+
+
+async def _new_form(request: web.Request, *, values: dict[str, str], error: BadRequest | None = None,
+                    status: int = 200) -> web.Response:
+    bad = field_name(error.field) if error is not None else None
+    return render(
+        request, "trial_new.html", status=status, nav="trials", fields=TRIAL_FIELDS, values=values,
+        error=error, bad_field=bad, hints=_price_hints(request), teams=await visible_teams(request),
+        request_key=values.get("request_key") or secrets.token_urlsafe(16), judge_model=state(request).rt.config.judge.model,
+    )
+
+
+async def new_trial_page(request: web.Request) -> web.Response:
+    values = {f.name: request.query.get(f.name, "") for f in TRIAL_FIELDS}
+    return await _new_form(request, values=values)
+
+
+async def create_trial(request: web.Request) -> web.Response:
+    fields = form(request)
+    try:
+        body, raw = decode_trial_form(fields)
+        key = fields.get("request_key") or None
+        view, _created = await state(request).trials.create(principal(request), body, raw, key)
+    except BadRequest as exc:  # shown at the field, the form kept
+        return await _new_form(request, values=fields, error=exc, status=400)
+    except IdempotencyConflict:
+        return await _new_form(request, values=dict(fields, request_key=""), status=409, error=BadRequest(
+            "this form was already submitted with other values; check them and submit again"))
+    return redirect(f"{CONSOLE_PREFIX}/trials/{view['id']}")
+
+
+# -- Detail and stop --------------------------------------------------------------------------
+
+
+async def _trial_context(request: web.Request) -> dict[str, Any]:
+    p = principal(request)
+    trial = await state(request).trials.get(p, request.match_info["trial_id"])
+    return {"t": trial, "chart": decision_chart(trial["verdict"]), "may_write": can_write(p, trial["team"]),
+            "promote": promote_slot(p, trial), "paused": trial["status"] in PAUSED}
+
+
+async def trial_page(request: web.Request) -> web.Response:
+    return render(request, "trial.html", nav="trials", **await _trial_context(request))
+
+
+async def trial_fragment(request: web.Request) -> web.Response:
+    return render(request, "_trial_body.html", **await _trial_context(request))
+
+
+async def stop_trial(request: web.Request) -> web.Response:
+    trial_id = request.match_info["trial_id"]
+    await state(request).trials.stop(principal(request), trial_id)
+    return redirect(f"{CONSOLE_PREFIX}/trials/{trial_id}")
+
+
+async def resume_trial(request: web.Request) -> web.Response:
+    trial_id = request.match_info["trial_id"]
+    await state(request).trials.resume(principal(request), trial_id)
+    return redirect(f"{CONSOLE_PREFIX}/trials/{trial_id}")
+
+
+# -- Teams' posture ------------------------------------------------------------------------------
+
+
+async def teams_page(request: web.Request) -> web.Response:
+    chosen = request.query.get("team", "").strip()
+    if chosen:
+        check_team(chosen)
+        return redirect(f"{CONSOLE_PREFIX}/teams/{chosen}")
+    return render(request, "teams.html", nav="teams", teams=await visible_teams(request))
+
+
+async def _team(request: web.Request, *, saved: dict[str, Any] | None = None, status: int = 200) -> web.Response:
+    p = principal(request)
+    team = check_team(request.match_info["team"])
+    posture = await state(request).posture.get(p, team)
+    return render(request, "team.html", status=status, nav="teams", posture=posture, saved=saved,
+                  may_set=may_set_posture(p, team))
+
+
+async def team_page(request: web.Request) -> web.Response:
+    return await _team(request)
+
+
+async def set_posture(request: web.Request) -> web.Response:
+    fields = form(request)
+    team = check_team(request.match_info["team"])
+    body = PostureIn(prompt_retention=fields.get("prompt_retention") == "on", cut_over=fields.get("cut_over") == "on")
+    expected = check_if_match([fields["revision"]] if fields.get("revision") else [])
+    answer = await state(request).posture.put(principal(request), team, body, expected)
+    return await _team(request, saved=answer)
+
+
+# -- Login ----------------------------------------------------------------------------------------
+
+
+def _next(target: str | None) -> str:
+    """Only a console path is a place to go after signing in (no open redirect)."""
+    if target and target.startswith(f"{CONSOLE_PREFIX}/") and "//" not in target and "\\" not in target:
+        return target
+    return f"{CONSOLE_PREFIX}/"
+
+
+async def login_page(request: web.Request, *, message: str | None = None, status: int = 200) -> web.Response:
+    if not state(request).sessions.auth_on:
+        return redirect(f"{CONSOLE_PREFIX}/")
+    reason = request.query.get("reason")
+    if message is None and reason == "expired":
+        message = "Your session ended (the token expired or was revoked). Sign in again."
+    return render(request, "login.html", status=status, nav="login", message=message,
+                  next=_next(request.query.get("next")))
+
+
+async def login(request: web.Request) -> web.Response:
+    fields = form(request)
+    sessions = state(request).sessions
+    token = fields.get("token", "").strip()
+    if not sessions.auth_on:
+        return redirect(f"{CONSOLE_PREFIX}/")
+    try:
+        sessions.login(token)
+    except Unauthorized as exc:
+        return await login_page(request, message=f"Sign-in refused: {exc.message}.", status=401)
+    response = redirect(_next(fields.get("next")))
+    set_cookie(response, request, SESSION_COOKIE, token)
+    return response
+
+
+async def logout(request: web.Request) -> web.Response:
+    response = redirect(f"{CONSOLE_PREFIX}/login")
+    clear_cookie(response, SESSION_COOKIE)
+    return response
+
+
+async def not_found(request: web.Request) -> web.Response:
+    raise NotFound(f"no console page {request.path!r}")
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/", live_page)
+    router.add_get("/live/fragment", live_fragment)
+    router.add_get("/results", results_page)
+    router.add_get("/trials", trials_page)
+    router.add_post("/trials", create_trial)
+    router.add_get("/trials/new", new_trial_page)
+    router.add_get("/trials/{trial_id}", trial_page)
+    router.add_get("/trials/{trial_id}/fragment", trial_fragment)
+    router.add_post("/trials/{trial_id}/stop", stop_trial)
+    router.add_post("/trials/{trial_id}/resume", resume_trial)
+    router.add_get("/teams", teams_page)
+    router.add_get("/teams/{team}", team_page)
+    router.add_post("/teams/{team}", set_posture)
+    router.add_get("/login", login_page)
+    router.add_post("/login", login)
+    router.add_post("/logout", logout)

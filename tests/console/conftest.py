@@ -1,0 +1,103 @@
+"""The console's browser fixtures: one headless Chromium for the session, driven by Playwright.
+
+The browser is the system's (Debian's ``chromium`` at :data:`CHROMIUM`); Playwright's own
+browser download is never used. Without it the browser tests skip, naming the package —
+unless ``SHADOWTRIAL_REQUIRE_BROWSER=1`` (set by ``.ci/run``), where they fail instead.
+
+Every page a test opens records the requests it makes (:class:`Pages`), and the test
+ends by checking that each went to the sidecar under test on 127.0.0.1: no console
+page or asset reaches outside the machine. Screenshots go to ``$SHADOWTRIAL_ARTIFACTS``
+(default ``tests/console/artifacts/``, git-ignored), at desktop and phone widths.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import pytest_asyncio
+
+CHROMIUM = "/usr/bin/chromium"
+INSTALL_HINT = "no Chromium at /usr/bin/chromium: apt-get install -y --no-install-recommends chromium"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("SHADOWTRIAL_ARTIFACTS") or Path(__file__).parent / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def require_browser() -> None:
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("SHADOWTRIAL_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{INSTALL_HINT} (SHADOWTRIAL_REQUIRE_BROWSER=1 requires it)")
+        pytest.skip(INSTALL_HINT)
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Any]:
+    require_browser()
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                            args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+class Pages:
+    """Browser contexts opened against one sidecar, with every request they make recorded."""
+
+    def __init__(self, browser: Any, base_url: str) -> None:
+        self.browser = browser
+        self.base_url = base_url.rstrip("/")
+        self.host = urlsplit(base_url).netloc
+        self.requests: list[str] = []
+        #: Script errors and console errors (a Content Security Policy violation is one).
+        self.errors: list[str] = []
+        self.contexts: list[Any] = []
+
+    async def page(self, **context_kw: Any) -> Any:
+        context = await self.browser.new_context(viewport=DESKTOP, base_url=self.base_url, **context_kw)
+        self.contexts.append(context)
+        page = await context.new_page()
+        page.on("request", lambda request: self.requests.append(request.url))
+        page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        page.on("console", lambda msg: self.errors.append(f"console: {msg.text}") if msg.type == "error" else None)
+        page.set_default_timeout(30_000)
+        return page
+
+    def check_local(self) -> None:
+        """Every request went to the sidecar under test, on loopback; no page logged an error."""
+        assert self.requests, "no request was recorded"
+        strangers = [u for u in self.requests if urlsplit(u).netloc != self.host or urlsplit(u).hostname != "127.0.0.1"]
+        assert not strangers, f"console pages reached beyond the sidecar: {strangers}"
+        # A refused write's page (403, 404) is logged by Chromium as a failed resource load; nothing else may be.
+        errors = [e for e in self.errors if "Failed to load resource" not in e]
+        assert not errors, f"the console's pages logged errors: {errors}"
+
+    async def close(self) -> None:
+        for context in self.contexts:
+            await context.close()
+
+
+async def screenshot(page: Any, name: str) -> list[Path]:
+    """``NAME-desktop.png`` and ``NAME-phone.png`` of the page as it is, full length."""
+    out = artifacts_dir()
+    paths = []
+    for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        await page.set_viewport_size(size)
+        path = out / f"{name}-{label}.png"
+        await page.screenshot(path=str(path), full_page=True)
+        paths.append(path)
+    await page.set_viewport_size(DESKTOP)
+    return paths
