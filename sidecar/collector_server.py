@@ -15,12 +15,14 @@ import asyncio
 import logging
 import signal
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from sidecar.api.authn import build_verifier
+from policies.roles import decide
+from sidecar.api.authn import authenticate, build_verifier, unauthorized
+from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.collected import CollectedRecords
 from sidecar.corpus.api import corpus_app
@@ -31,7 +33,7 @@ from sidecar.control_plane import ControlPlane
 from sidecar.errors import StartupError
 from sidecar.store import make_store
 from sidecar.store.base import Store
-from uplink.collector import CollectorSettings, collector_app
+from uplink.collector import CollectorSettings, Reader, collector_app
 from uplink.signing import Verifier, load_public_key
 
 log = logging.getLogger("shadowtrial.collector")
@@ -72,7 +74,8 @@ class CollectorServer:
         try:
             await self._start_engine(store)
             self.records = CollectedRecords(store, control_plane=self.control_plane, clock=time.time)
-            settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes)
+            settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
+                                         reader=None if self.config is None else readers(self.config))
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/corpus.md)
                 app.add_subapp("/v1", corpus_app(
@@ -122,6 +125,24 @@ class CollectorServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def readers(config: Config) -> Reader:
+    """Who may read the collector's trials: the admin API's principals (``[auth]``), each seeing
+    the teams it may read; with ``auth.mode = "off"``, everyone every team (loopback only)."""
+    verifier = build_verifier(config.auth)
+    revocations = Revocations(config.auth.revoked_subjects_file)
+
+    def reader(request: web.Request) -> Callable[[str], bool] | web.Response:
+        if verifier is None:
+            return lambda team: True
+        try:
+            principal = authenticate(verifier, revocations, request.headers.getall("Authorization", []))
+        except Unauthorized as exc:
+            return unauthorized(exc.message)
+        return lambda team: decide(principal, team, "read") == "allow"
+
+    return reader
 
 
 def corpus_context(config: Config, store: Store) -> CorpusContext:

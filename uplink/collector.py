@@ -13,7 +13,8 @@ now holds (stored now or before) and those it refused.
 ``GET /v1/trials``: what it holds, per trial: the latest ``trial_state`` and
 the count of case results per team; for a trial it runs itself (pinned to the
 control plane, learnt from ``trial_spec`` records), ``control_plane``: its
-status, funnel, spend and verdict from its own figures.
+status, funnel, spend and verdict from its own figures. Only the teams the
+caller's token sees (``CollectorSettings.reader``; ``?team=`` narrows to one).
 
 Errors are ``{"error": {"code", "message", "field"}}``; bad input never gets a 5xx.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import msgspec
 from aiohttp import web
@@ -44,12 +45,20 @@ from uplink.schema import (
 from uplink.signing import TokenRefused, Verifier
 
 
+#: The teams a reader's request sees, or the response that refuses it (``401``).
+Reader = Callable[[web.Request], "Callable[[str], bool] | web.Response"]
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     #: Teams whose posture allows content uplink: ``exchange`` records of any other team are refused.
     content_teams: frozenset[str] = frozenset()
     #: The most a batch may hold once decompressed (and, compressed, on the wire).
     max_body_bytes: int = 32 * 1024 * 1024
+    #: Who may read what the collector holds (``GET /v1/trials``): given the request, the
+    #: teams its caller sees (a predicate), or the refusal to answer. None: every team (a
+    #: collector with no readers' authentication: loopback only).
+    reader: Reader | None = None
 
 
 VERIFIER: web.AppKey[Verifier] = web.AppKey("uplink_verifier", Verifier)
@@ -156,15 +165,35 @@ async def receive_batch(request: web.Request) -> web.Response:
 
 
 async def list_trials(request: web.Request) -> web.Response:
-    rows = await request.app[STORE].trials()
+    reader = request.app[SETTINGS].reader
+    sees = reader(request) if reader is not None else None
+    if isinstance(sees, web.Response):
+        return sees
+    wanted = request.query.get("team")
     out = []
-    for r in rows:
-        item = {"trial_id": r["trial_id"], "case_results": r["case_results"],
+    for r in await request.app[STORE].trials():
+        team = _team_of(r)
+        if (sees is not None and (team is None or not sees(team))) or (wanted is not None and team != wanted):
+            continue
+        item = {"trial_id": r["trial_id"], "team": team, "case_results": r["case_results"],
                 "state": msgspec.Raw(r["state"]) if r["state"] is not None else None}
         if r.get("control_plane") is not None:
             item["control_plane"] = r["control_plane"]
         out.append(item)
     return web.Response(body=_json.encode({"trials": out}), content_type="application/json")
+
+
+def _team_of(row: dict[str, Any]) -> str | None:
+    """A held trial's team: from its latest state, its control-plane copy, or its case results."""
+    if row.get("state") is not None:
+        team = msgspec.json.decode(row["state"]).get("team")
+        if isinstance(team, str):
+            return team
+    copy = row.get("control_plane")
+    if isinstance(copy, dict) and isinstance(copy.get("team"), str):
+        return str(copy["team"])
+    teams = list(row.get("case_results") or {})
+    return teams[0] if len(teams) == 1 else None
 
 
 

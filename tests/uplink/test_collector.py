@@ -95,7 +95,7 @@ async def test_a_record_is_stored_once_and_acknowledged_every_time(tmp_path: Pat
         async with httpx.AsyncClient() as client:
             trials = (await client.get(c.url + "/v1/trials")).json()["trials"]
     assert sorted(rid for rid, _ in kit.held()) == ["case:c1", "case:c2", "case:c3"]
-    assert trials == [{"trial_id": "t1", "case_results": {"team-a": 3}, "state": trials[0]["state"]}]
+    assert trials == [{"trial_id": "t1", "team": "team-a", "case_results": {"team-a": 3}, "state": trials[0]["state"]}]
     assert trials[0]["state"]["revision"] == 2 and trials[0]["state"]["verdict"] == "Adoptable"
 
 

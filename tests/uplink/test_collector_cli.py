@@ -8,6 +8,8 @@ import httpx
 import pytest
 
 from sidecar.cli import main
+from tests.uplink.test_collector import post
+from uplink.schema import TrialState, encode_batch
 
 
 def test_an_unreadable_key_is_refused_at_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,7 +53,25 @@ async def test_the_collector_serves_the_corpus_api_behind_admin_tokens(tmp_path:
             assert made.status_code == 201, made.text
             listed = (await client.get("/v1/datasets", headers=writer)).json()["datasets"]
             assert [d["name"] for d in listed] == ["hard-cases"]
-            # The collector's own routes are unchanged: its trials, and batches behind the uplink's keys.
-            assert (await client.get("/v1/trials")).json() == {"trials": []}
+            # Batches stay behind the uplink's keys: an admin token is not an uplink token.
             refused = await client.post("/v1/uplink/batches", headers=writer, content=b"{}")
-            assert refused.status_code == 401, "an admin token is not an uplink token"
+            assert refused.status_code == 401
+            # What it holds is read per team, with the admin API's tokens.
+            states = [_state("t-a", "team-a"), _state("t-b", "team-b")]
+            sent = await post(kit, c.url, encode_batch("gw-1/s", 1.0, states))
+            assert sent.status_code == 200, sent.text
+            assert (await client.get("/v1/trials")).status_code == 401
+            seen = (await client.get("/v1/trials", headers=writer)).json()["trials"]
+            assert [(t["trial_id"], t["team"]) for t in seen] == [("t-a", "team-a")]
+            admin = {"Authorization": f"Bearer {auth.token()}"}  # platform_admin: every team
+            assert len((await client.get("/v1/trials", headers=admin)).json()["trials"]) == 2
+            only_b = (await client.get("/v1/trials", params={"team": "team-b"}, headers=admin)).json()["trials"]
+            assert [t["trial_id"] for t in only_b] == ["t-b"]
+            viewer_b = {"Authorization": f"Bearer {auth.token(roles=('viewer',), teams=('team-b',))}"}
+            assert [t["trial_id"] for t in (await client.get("/v1/trials", headers=viewer_b)).json()["trials"]] == ["t-b"]
+
+
+def _state(trial_id: str, team: str) -> TrialState:
+    return TrialState(id=f"trial:{trial_id}:1", trial_id=trial_id, team=team, revision=1, status="running", at=1.0,
+                      incumbent_model="inc", candidate_model="cand", execution_site="local",
+                      judge_version_id="jv", verdict="Collecting")
