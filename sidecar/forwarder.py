@@ -19,8 +19,10 @@ not pinned to the control plane with retention on (the predicate makes that impo
 is checked all the same, content must never leave for a trial whose posture forbids it) is
 counted ``not_at_site`` and logged. A store failure is retried with the batch after a pause;
 at shutdown what is still buffered after the drain deadline is counted ``shed_stopped``.
-Claims wait here in memory only (the intake journal holds the local engine's claims): a
-crash loses at most the buffer, uncounted.
+Crash safety: with an intake journal (``store.journal_dir``) the tap writes each claim it
+hands here to a journal of the forwarder's own before answering; :attr:`Forwarder.done_through`
+tells it which are in the outbox (or counted), and a restart offers the rest again. A claim
+forwarded twice is one outbox record and one collector record (the id is the same).
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ class Forwarder:
         #: Claims written to the outbox, and those not forwarded, by reason.
         self.forwarded = 0
         self.dropped: Counter[str] = Counter()
+        #: Every claim numbered up to this is in the outbox or counted (its journal may forget it).
+        self.done_through = 0
 
     async def start(self) -> None:
         self.handoff.attach(asyncio.get_running_loop())
@@ -117,6 +121,7 @@ class Forwarder:
                     continue
                 self.forwarded += len(records)
                 break
+            self.done_through = max(self.done_through, claims[-1].seq)  # the tap numbers them in hand-off order
 
     def _records(self, claims: list[Claim]) -> list[tuple[str, OutboxRecord]]:
         """(trial id, outbox record) of each claim that may be forwarded; the others counted."""

@@ -24,6 +24,7 @@ in its own process exports its part itself.
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 import time
 from collections import Counter
@@ -151,8 +152,14 @@ class Runtime:
         #: The alert webhook (``[alerts] webhook_url`` set), started and stopped with the runtime.
         self.webhook: AlertWebhook | None = None
         intake = config.store.intake_dir
-        #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`).
+        #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`): the
+        #: local engine's, and the forwarder's in a directory of their own, until each is done.
         self.journal: Journal | None = Journal(intake) if intake else None
+        self.forward_journal: Journal | None = (
+            Journal(os.path.join(intake, "forward")) if intake and self.forwarder is not None else None
+        )
+        journals = {SITE: self.journal, FORWARDED_SITE: self.forward_journal}
+        self.journals: Mapping[str, Journal] = {site: j for site, j in journals.items() if j is not None}
         #: The retention window (``[retention]`` with a key): the tap offers it every exchange.
         self.retention: RetentionWindow | None = None
         if config.retention.enabled and config.secrets.retention_key is not None:
@@ -201,6 +208,7 @@ class Runtime:
             await self.delivery.start()
             if self.forwarder is not None:
                 await self.forwarder.start()
+                self._replay_forwarded()
             await self.watch_outbox()
             self._chores.append(asyncio.create_task(self._outbox_loop(), name="shadowtrial-outbox-bound"))
             self.states = StatePublisher(self.store)
@@ -252,6 +260,8 @@ class Runtime:
             await self.store.close()
         if self.journal is not None:
             self.journal.close(keep=self._uncertain() if flushed else None)
+        if self.forward_journal is not None:  # every claim is in the outbox or counted, once flushed
+            self.forward_journal.close(keep=[] if flushed else None)
         await self._close_telemetry()
 
     async def _close_telemetry(self) -> None:
@@ -280,6 +290,21 @@ class Runtime:
                 self.funnel.add(claim.trial_id, "shed_queue_full")
         self.journal.forget_previous()
 
+    def _replay_forwarded(self) -> None:
+        """Offer the forwarder again what a previous life had sampled and not yet written to the
+        outbox (their records' ids make a second copy harmless: the outbox and the collector keep one)."""
+        journal, forwarder = self.forward_journal, self.forwarder
+        if journal is None or forwarder is None:
+            return
+        left = journal.open()
+        if left:
+            numbered = journal.number(left)
+            taken = forwarder.handoff.offer_many(numbered)
+            journal.write(numbered[:taken])
+            for claim in numbered[taken:]:
+                self.funnel.add(claim.trial_id, "shed_queue_full")
+        journal.forget_previous()
+
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FUNNEL_FLUSH_S)
@@ -289,6 +314,8 @@ class Runtime:
                 log.exception("funnel flush failed; counts kept for the next try")
             if self.journal is not None:
                 self.journal.prune(self.engine.done_through)
+            if self.forward_journal is not None and self.forwarder is not None:
+                self.forward_journal.prune(self.forwarder.done_through)
 
     async def refresh_routes(self) -> None:
         """Install the running trials this sidecar can run as the tap's routes (with the

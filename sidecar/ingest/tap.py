@@ -49,7 +49,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
-from sidecar.engine.engine import SITE, Claim
+from sidecar.engine.engine import Claim
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
@@ -132,12 +132,12 @@ def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) 
             else:
                 claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
     sampled, shed = 0, outbox_shed
-    journal = rt.journal
     for site, batch in claims.items():
         sink = rt.sinks.get(site)
+        journal = rt.journals.get(site)  # each sink's claims are written to its own journal
         if sink is None:
             taken = 0
-        elif journal is None or site != SITE:  # the journal keeps the local engine's claims
+        elif journal is None:
             taken = sink.offer_many(batch)
         else:
             batch = journal.number(batch)
