@@ -33,6 +33,7 @@ from policies.promotion import DEFAULT_WATCH_SAMPLE_RATE, PROMOTABLE, refusal, u
 from policies.roles import Principal
 from sidecar.api.views import read_trial, trial_view
 from sidecar.errors import BadRequest, NotFound, PromotionRefused
+from sidecar.ingest.wire import split_path
 from sidecar.runtime import Runtime
 from sidecar.services.access import require
 from sidecar.store.watch_records import PromotionRecord, WatchRecord
@@ -64,8 +65,8 @@ def decode_promote(raw: bytes) -> PromoteBody:
     try:
         body = _decoder.decode(raw or b"{}")
     except msgspec.ValidationError as exc:
-        path = str(exc).rsplit(" - at ", 1)
-        raise BadRequest(str(exc), field=path[1] if len(path) == 2 else None) from None
+        message, path = split_path(str(exc))
+        raise BadRequest(message, field=path) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"the body is not JSON: {exc}") from None
     if not (body.daily_cap_usd > 0 and body.daily_cap_usd <= 1_000_000):

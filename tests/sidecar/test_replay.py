@@ -83,10 +83,21 @@ async def test_a_replay_of_a_better_candidate_is_adoptable_and_respects_sample_s
         await fill(h, 50, model="other-model")  # another incumbent: not in the replay's selection
         trial = await replay(h, sample_size=200)
         view = await ended(h, trial["id"])
+        # Traffic evidence: an Adoptable replay promotes like a live trial (DESIGN.md rule 6).
+        assert h.admin is not None
+        unapproved = await h.admin.post(f"/v1/trials/{trial['id']}/promote", json={})
+        promoted = await h.admin.post(f"/v1/trials/{trial['id']}/promote", json={"daily_cap_usd": 1.0})
+        after = await h.trial(trial["id"])
     fed = view["source"]["fed"]
     assert 0 < fed <= 200 and view["funnel"]["total"] == fed
     assert h.fake.calls[CANDIDATE] == fed
     assert view["verdict"]["code"] == "candidate_better" and view["verdict"]["wording"] == "Adoptable"
+    # The watch's daily cap is approved at promotion: without it, a 400 naming the field.
+    assert unapproved.status_code == 400 and unapproved.json()["error"]["field"] == "$.daily_cap_usd", unapproved.text
+    assert promoted.status_code == 201, promoted.text
+    watch = promoted.json()["watch"]
+    assert (watch["trial_id"], watch["old_model"], watch["new_model"]) == (trial["id"], INCUMBENT, CANDIDATE), watch
+    assert after["status"] == "adopted" and after["verdict"]["wording"] == "Adopted"
 
 
 async def test_a_replay_is_never_fed_live_traffic(tmp_path: Path) -> None:
