@@ -29,7 +29,7 @@ from sidecar.corpus.api import corpus_app
 from sidecar.corpus.context import CorpusContext
 from sidecar.engine.parts import configured_retention, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
-from sidecar.control_plane import ControlPlane
+from sidecar.control_plane import ControlPlane, collected_traffic
 from sidecar.errors import StartupError
 from sidecar.store import make_store
 from sidecar.store.base import Store
@@ -147,10 +147,12 @@ def readers(config: Config) -> Reader:
 
 def corpus_context(config: Config, store: Store) -> CorpusContext:
     """What the corpus services need on the collector, from its config and store. Seeding from
-    traffic has no source here: retained traffic stays in each sidecar's own window."""
+    traffic reads the exchanges forwarded for the team's control-plane trials (the traffic
+    the control plane holds; a team judged locally keeps its traffic in its sidecars)."""
     return CorpusContext(
         store=store, clock=time.time, resolve=resolver(config, price_book(config)),
         defaults=trial_defaults(config), default_retention=lambda team: configured_retention(config, team),
+        retained=collected_traffic(store),
     )
 
 

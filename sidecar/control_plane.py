@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import msgspec
 
@@ -45,6 +45,24 @@ SITE: Site = "control_plane"
 POLL_S = 0.5
 
 _exchange = msgspec.json.Decoder(ExchangeRecord)
+
+
+def collected_traffic(store: Store) -> Callable[[str], AsyncIterator[Exchange]]:
+    """A team's retained traffic at the control plane: the exchanges forwarded for its trials
+    (:meth:`~sidecar.store.base.CollectedStore.collected_exchanges`), oldest first; for seeding
+    datasets (a record that does not decode is skipped)."""
+
+    async def source(team: str) -> AsyncIterator[Exchange]:
+        after = 0
+        while rows := await store.collected_exchanges(team, after_seq=after, limit=500):
+            for seq, body in rows:
+                after = seq
+                try:
+                    yield claim_of(body).exchange
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    continue
+
+    return source
 
 
 def claim_of(body: bytes) -> Claim:

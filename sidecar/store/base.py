@@ -298,6 +298,13 @@ class CollectedStore(Protocol):
         once with its ended outcome, so every stored exchange is counted once)."""
         ...
 
+    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` of the team's held ``exchange`` records with ``seq > after_seq``, in
+        arrival order: ``(seq, body)`` — the control plane's retained traffic, for seeding
+        datasets. Only those of trials still pinned here and not paused: a trial paused by a
+        posture change may have lost its team's retention, so its exchanges are left out."""
+        ...
+
 
 class RetentionStore(Protocol):
     """The retention window (:mod:`sidecar.retention`): sealed served exchanges, bounded by

@@ -625,6 +625,15 @@ class PostgresStore(PostgresCorpus, PostgresWatches):
         )
         return [bytes(r["body"]) for r in rows]
 
+    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        rows = await self._open_pool().fetch(
+            "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+            "WHERE r.kind = 'exchange' AND r.team = $1 AND r.seq > $2 AND t.execution_site = 'control_plane' "
+            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+            "ORDER BY r.seq LIMIT $3", team, after_seq, limit,
+        )
+        return [(int(r["seq"]), bytes(r["body"])) for r in rows]
+
 
     # -- the retention window ----------------------------------------------------
 

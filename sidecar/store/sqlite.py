@@ -651,6 +651,17 @@ class SQLiteStore(SQLiteCorpus, SQLiteWatches):
 
         return await self._run(fn)
 
+    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
+            rows = conn.execute(
+                "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+                "WHERE r.kind = 'exchange' AND r.team = ? AND r.seq > ? AND t.execution_site = 'control_plane' "
+                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+                "ORDER BY r.seq LIMIT ?", (team, after_seq, limit),
+            ).fetchall()
+            return [(int(r["seq"]), bytes(r["body"])) for r in rows]
+
+        return await self._run(fn)
 
     # -- the retention window ----------------------------------------------------
 

@@ -90,3 +90,24 @@ async def test_pending_exchanges_are_those_of_running_control_plane_trials_witho
     assert await store.pending_exchanges(limit=10) == [b"exchange:t1:x2"], "an ended trial's are counted once"
     assert await store.claim_case(start("c2", exchange_id="x2")) == "not_running"
     assert await store.pending_exchanges(limit=10) == []
+
+
+async def test_collected_exchanges_are_a_teams_traffic_of_trials_still_pinned_here(store: Store) -> None:
+    """The control plane's retained traffic, for seeding datasets: a team's exchange records of
+    control-plane trials that no posture change paused, oldest first, paged by ``seq``."""
+    await store.create_trial(trial("cp", execution_site="control_plane"))
+    await store.create_trial(trial("cp-paused", execution_site="control_plane"))
+    await store.create_trial(trial("other", team="team-b", execution_site="control_plane"))
+
+    def ex(trial_id: str, team: str, i: int) -> Collected:
+        return Collected(id=f"exchange:{trial_id}:x{i}", kind="exchange", sidecar_id="s", team=team,
+                         trial_id=trial_id, exchange_id=f"x{i}", revision=None, body=f'{{"i": {i}}}'.encode(),
+                         received_at=1.0)
+
+    await store.put_collected([ex("cp", "team-a", i) for i in range(3)] + [ex("cp-paused", "team-a", 9)]
+                              + [ex("other", "team-b", 5)])
+    await store.set_trial_status("cp-paused", "posture_changed", "retention may be off", ended=False, now=2.0)
+    first = await store.collected_exchanges("team-a", after_seq=0, limit=2)
+    rest = await store.collected_exchanges("team-a", after_seq=first[-1][0], limit=10)
+    assert [body for _, body in first + rest] == [b'{"i": 0}', b'{"i": 1}', b'{"i": 2}']
+    assert [body for _, body in await store.collected_exchanges("team-b", after_seq=0, limit=10)] == [b'{"i": 5}']

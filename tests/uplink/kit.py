@@ -52,7 +52,7 @@ class UplinkKit:
     async def _capture(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        if request.method == "POST":
+        if request.method == "POST" and request.path == "/v1/uplink/batches":
             raw = await request.read()  # aiohttp keeps it for the handler
             try:
                 self.bodies.append(gzip.decompress(raw))
@@ -60,7 +60,7 @@ class UplinkKit:
                 self.bodies.append(raw)
         resp = await handler(request)
         self.statuses.append(resp.status)
-        if self.gate is not None and request.method == "POST":
+        if self.gate is not None and request.method == "POST" and request.path == "/v1/uplink/batches":
             self.held_answers += 1
             await self.gate.wait()
         return resp

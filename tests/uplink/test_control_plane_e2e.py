@@ -263,3 +263,33 @@ async def test_the_collector_runs_a_control_plane_trial_under_its_cap(tmp_path: 
             assert view["spend"]["remaining_micros"] >= 0 and view["spend"]["reserved_micros"] == 0
             assert 0 < view["spend"]["charged_micros"] <= view["spend"]["cap_micros"] == 20_000
             assert _candidate_calls(c.fake) < 30 and h.fake.calls[CANDIDATE] == 0
+
+
+async def test_a_dataset_is_seeded_from_the_traffic_the_control_plane_holds(tmp_path: Path, kit: UplinkKit) -> None:
+    """Corpus evidence lives in the control plane, and so does a cut-over team's retained traffic:
+    the exchanges forwarded for its trials seed a dataset there. Those of a trial a posture
+    change paused are left out (its team may have turned retention off)."""
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url), refresh_seconds=0.2) as h:
+            assert (await _cut_over(h, True))["execution_site"] == "control_plane"
+            t = await h.create_trial()
+            await h.send([exchange(i) for i in range(12)])
+            await _judged_at_collector(c, t["id"], 12)
+            assert c.http
+            seeded = await c.http.post("/v1/datasets/seed", json={"team": "team-a", "name": "from-traffic"})
+            assert seeded.status_code == 201, seeded.text
+            dataset = seeded.json()
+            items = (await c.http.get(f"/v1/datasets/{dataset['id']}/versions/1/items")).json()["items"]
+            assert sorted(i["id"] for i in items) == sorted(f"ex-{i}" for i in range(12))
+            assert all("traffic" in i["tags"] and i["expected"] for i in items)
+
+            await _cut_over(h, False)  # paused at the sidecar, then at the collector
+
+            async def paused() -> bool:
+                v = await c.trial(t["id"])
+                return v is not None and v["status"] == "posture_changed"
+
+            await wait_for(paused, what="the pause at the collector")
+            again = await c.http.post("/v1/datasets/seed", json={"team": "team-a", "name": "after-pause"})
+    assert again.status_code == 400 and again.json()["error"]["code"] == "invalid_dataset", again.text
