@@ -25,7 +25,8 @@ from sidecar.api.authn import authenticate, build_verifier, unauthorized
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.collected import CollectedRecords
-from sidecar.corpus.api import corpus_app
+from sidecar.console.corpus_pages import corpus_console_app
+from sidecar.corpus.api import Services, corpus_app
 from sidecar.corpus.context import CorpusContext
 from sidecar.engine.parts import configured_retention, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
@@ -78,10 +79,13 @@ class CollectorServer:
                                          reader=None if self.config is None else readers(self.config))
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/corpus.md)
-                app.add_subapp("/v1", corpus_app(
-                    corpus_context(self.config, store), build_verifier(self.config.auth),
-                    revocations=Revocations(self.config.auth.revoked_subjects_file), prefix="",
-                ))
+                ctx = corpus_context(self.config, store)
+                verifier_ = build_verifier(self.config.auth)
+                revocations = Revocations(self.config.auth.revoked_subjects_file)
+                app.add_subapp("/v1", corpus_app(ctx, verifier_, revocations=revocations, prefix=""))
+                # The console's Datasets and Comparisons, over the same services and principal.
+                app.add_subapp("/console", corpus_console_app(Services(ctx), verifier_, revocations,
+                                                              teams=sorted(self.config.teams)))
             self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)  # the app gunzips itself
             await self._runner.setup()
             host, port = split_listen(cfg.listen)
@@ -171,4 +175,5 @@ async def serve_collector(config: Config) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with CollectorServer(config.collector, config=config) as server:
         print(f"shadowtrial collector: {server.url}", flush=True)
+        print(f"console (datasets, comparisons): {server.url}/console/", flush=True)
         await stop.wait()

@@ -258,7 +258,7 @@ def admin_app(rt: Any) -> web.Application:
     # any handler runs, answering plain text; read_body refuses encodings in the JSON shape.
     from sidecar.api.authn import VERIFIER, authn_middleware, build_verifier
     from sidecar.auth.revocations import Revocations
-    from sidecar.console import CONSOLE_PREFIX, console_app
+    from sidecar.console import CONSOLE_PREFIX, Console, console_app
 
     verifier = build_verifier(rt.config.auth)  # first: no request reaches anything unauthenticated
     revocations = Revocations(rt.config.auth.revoked_subjects_file)
@@ -267,7 +267,8 @@ def admin_app(rt: Any) -> web.Application:
             # The console authenticates its own prefix with the same verifier (a cookie or a header).
             authn_middleware(verifier, revocations, delegated=(CONSOLE_PREFIX,)),
             errors_middleware,
-            store_guard(rt.config.admin.request_timeout_seconds, streams=frozenset({"/v1/compare"})),
+            store_guard(rt.config.admin.request_timeout_seconds,
+                        streams=frozenset({"/v1/compare", f"{CONSOLE_PREFIX}/compare/stream"})),
         ],
         client_max_size=1 << 20,
         handler_args={"auto_decompress": False},
@@ -302,6 +303,7 @@ def admin_app(rt: Any) -> web.Application:
             app.router.add_route("HEAD", path, handler, expect_handler=expect_handler)
     # The operator console (sidecar/console/): HTML over the same services, before the catch-all.
     app.router.add_get(CONSOLE_PREFIX, console_root)
-    app.add_subapp(CONSOLE_PREFIX, console_app(rt, app[TRIALS], app[POSTURE], verifier, revocations))
+    console = Console(rt, app[TRIALS], app[POSTURE], app[WATCHES], app[PROMOTION], app[COMPARE])
+    app.add_subapp(CONSOLE_PREFIX, console_app(console, verifier, revocations))
     app.router.add_route("*", "/{tail:.*}", no_route, expect_handler=expect_handler)  # last: the rest
     return app

@@ -30,8 +30,11 @@ from sidecar.console.session import (
 )
 from sidecar.errors import ApiError
 from sidecar.runtime import Runtime
+from sidecar.services.compare import CompareService
 from sidecar.services.posture import PostureService
+from sidecar.services.promotion import PromotionService
 from sidecar.services.trials import TrialService
+from sidecar.services.watches import WatchService
 
 log = logging.getLogger("shadowtrial.console")
 
@@ -51,16 +54,30 @@ SECURITY_HEADERS = {
 
 
 @dataclass(frozen=True, slots=True)
+class Shell:
+    """What every console page needs, wherever it is served: the sessions, the templates, and
+    which service serves it (``sidecar``, or ``control_plane`` for the corpus pages)."""
+
+    sessions: Sessions
+    templates: jinja2.Environment
+    site: str = "sidecar"
+    #: Where the other half of the console is, if known (a link in the navigation), else "".
+    elsewhere: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Console:
-    """What the console's handlers use: the API's services, the sessions, the templates."""
+    """What the sidecar console's handlers use: the admin API's own services."""
 
     rt: Runtime
     trials: TrialService
     posture: PostureService
-    sessions: Sessions
-    templates: jinja2.Environment
+    watches: WatchService
+    promotion: PromotionService
+    compare: CompareService
 
 
+SHELL: web.AppKey[Shell] = web.AppKey("console_shell", Shell)
 STATE: web.AppKey[Console] = web.AppKey("console", Console)
 BROWSER: web.RequestKey[str] = web.RequestKey("console_browser", str)
 WHO: web.RequestKey[Who] = web.RequestKey("console_who", Who)
@@ -83,6 +100,10 @@ def state(request: web.Request) -> Console:
     return request.config_dict[STATE]
 
 
+def shell(request: web.Request) -> Shell:
+    return request.config_dict[SHELL]
+
+
 def principal(request: web.Request) -> Principal:
     p = request.get(PRINCIPAL)
     if not isinstance(p, Principal):
@@ -96,11 +117,12 @@ def form(request: web.Request) -> dict[str, str]:
 
 
 def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
-    console = state(request)
+    console = shell(request)
     who = request.get(WHO)
     browser = request.get(BROWSER, "")
     context.setdefault("nav", "")
     page = console.templates.get_template(template).render(
+        site=console.site, elsewhere=console.elsewhere,
         principal=request.get(PRINCIPAL), auth_on=console.sessions.auth_on,
         via=None if who is None else who.via, csrf=console.sessions.csrf_token(browser) if browser else "",
         csrf_field=CSRF_FIELD, prefix=CONSOLE_PREFIX, **context,
@@ -148,6 +170,8 @@ async def console_middleware(request: web.Request, handler: Handler) -> web.Stre
             log.warning("console %s %s: the store failed; answered 503", request.method, request.path)
             response = error_page(request, 503, "store_unavailable", "the store did not answer; try again shortly")
             response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    if response.prepared:  # a stream (compare) set its own headers before its first byte
+        return response
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     if not request.path.startswith(f"{CONSOLE_PREFIX}/static/"):
@@ -157,8 +181,12 @@ async def console_middleware(request: web.Request, handler: Handler) -> web.Stre
     return response
 
 
+#: A script's write (a JSON body, an upload) carries the form's CSRF token in this header.
+CSRF_HEADER = "X-CSRF-Token"
+
+
 async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
-    console = state(request)
+    console = shell(request)
     if request.method not in SAFE_METHODS:
         if not same_origin(request):
             return error_page(request, 403, "cross_origin", "a write from another origin is refused")
@@ -167,7 +195,7 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
         except ValueError:
             return error_page(request, 400, "invalid_request", "the form could not be read")
         fields = {k: v for k, v in posted.items() if isinstance(v, str)}
-        if not console.sessions.csrf_ok(request, fields.get(CSRF_FIELD)):
+        if not console.sessions.csrf_ok(request, fields.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)):
             return error_page(request, 403, "csrf_failed",
                               "the form's CSRF token is missing or does not match this browser; reload the page and try again")
         request[FORM] = fields
@@ -192,13 +220,13 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
     return await handler(request)
 
 
-def console_app(rt: Runtime, trials: TrialService, posture: PostureService, verifier: Verifier | None,
-                revocations: Revocations | None) -> web.Application:
+def console_app(console: Console, verifier: Verifier | None, revocations: Revocations | None) -> web.Application:
     """The console, to mount with ``admin.add_subapp(CONSOLE_PREFIX, ...)`` before any catch-all."""
     from sidecar.console import pages
 
     app = web.Application(middlewares=[console_middleware])
-    app[STATE] = Console(rt, trials, posture, Sessions(verifier, revocations), templates())
+    app[SHELL] = Shell(Sessions(verifier, revocations), templates(), "sidecar")
+    app[STATE] = console
     pages.add_routes(app.router)
     app.router.add_static("/static", HERE / "static", append_version=False)
     app.router.add_route("*", "/{tail:.*}", pages.not_found)  # last: HTML, not the API's JSON 404

@@ -103,3 +103,54 @@ def decision_chart(verdict: dict[str, Any]) -> Chart:
               f"(n = {n}), this look's own bounds where they differ, the bootstrap interval, and the case "
               "count at which the decision was reached."),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """A watch's detector now: its statistic against its threshold, its judged cases against
+    the minimum before it may fire. Geometry for ``_watch_body.html``."""
+
+    width: int
+    height: int
+    left: float
+    right: float
+    stat_x: float
+    threshold_x: float
+    stat_label: str
+    threshold_label: str
+    judged_x: float
+    min_x: float
+    judged_label: str
+    min_label: str
+    fired: bool
+    summary: str
+    note: str
+
+
+def detector_gauge(watch: dict[str, Any]) -> Gauge:
+    """The gauge of a watch view (``GET /v1/watches/{id}``)."""
+    d = watch["detector"]
+    stat, threshold = float(d["statistic"]), float(d["threshold"])
+    judged, minimum = int(watch["judged"]), int(d["min_judged"])
+    left, right = 150.0, 620.0
+
+    def scale(value: float, top: float) -> float:
+        return left + max(0.0, min(1.0, value / top if top > 0 else 0.0)) * (right - left)
+
+    s_top = max(threshold * 1.25, stat * 1.05, 1e-9)
+    j_top = max(minimum * 1.25, judged * 1.05, 1.0)
+    state = "fired" if d["fired"] else ("armed" if judged >= minimum else "warming up")
+    summary = (f"Detector statistic {stat:.3f} against threshold {threshold:.3f} ({state}); "
+               f"{judged} judged case(s) against the minimum of {minimum}.")
+    return Gauge(
+        width=640, height=120, left=left, right=right,
+        stat_x=scale(stat, s_top), threshold_x=scale(threshold, s_top),
+        stat_label=f"{stat:.3f}", threshold_label=f"threshold {threshold:.3f}",
+        judged_x=scale(judged, j_top), min_x=scale(minimum, j_top),
+        judged_label=str(judged), min_label=f"minimum {minimum}",
+        fired=bool(d["fired"]), summary=summary,
+        note=("The watch stores its detector's current state (the CUSUM statistic, judged and decisive counts, "
+              "and the judged case at which it fired), not the statistic after every case, so this draws what "
+              "is stored: the statistic now against its threshold, and the judged cases against the minimum "
+              "before an alert may fire. There is no history to plot over time."),
+    )

@@ -18,7 +18,7 @@ from aiohttp import web
 from policies.posture import may_set_posture
 from policies.roles import WRITERS, Principal, decide
 from sidecar.auth.errors import Unauthorized
-from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, state
+from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, shell, state
 from sidecar.console.chart import decision_chart
 from sidecar.console.forms import TRIAL_FIELDS, decode_trial_form, field_name
 from sidecar.console.session import SESSION_COOKIE, clear_cookie, set_cookie
@@ -56,8 +56,10 @@ async def visible_teams(request: web.Request) -> list[str]:
 
 
 async def _live_context(request: web.Request) -> dict[str, Any]:
-    live = await state(request).trials.live(principal(request))
-    return {"live": live}
+    p = principal(request)
+    live = await state(request).watches.live(p)  # GET /v1/live: firing alerts first, then the tiles
+    return {"live": live, "tiles": {t["tile"]: t for t in live["tiles"]},
+            "writes": {a["team"]: can_write(p, a["team"]) for a in live["alerts"]}}
 
 
 async def live_page(request: web.Request) -> web.Response:
@@ -106,9 +108,17 @@ async def _filtered(request: web.Request) -> tuple[dict[str, str], list[dict[str
 
 
 async def results_page(request: web.Request) -> web.Response:
-    filters, traffic = await _filtered(request)
-    return render(request, "results.html", nav="results", filters=filters, traffic=traffic, corpus=[],
-                  teams=await visible_teams(request), statuses=STATUSES)
+    """``GET /v1/results``: its two lists, ``traffic`` and ``corpus``, never interleaved."""
+    q = request.query
+    filters = {k: q.get(k, "").strip() for k in ("team", "status", "model", "since", "until")}
+    if filters["status"] and filters["status"] not in STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(STATUSES)}, got {filters['status']!r}", field="status")
+    if filters["team"]:
+        check_team(filters["team"])
+    answer = await state(request).watches.results(principal(request), {k: v for k, v in filters.items() if v})
+    return render(request, "results.html", nav="results", filters=filters, traffic=answer["traffic"],
+                  corpus=answer["corpus"], note=answer.get("note", ""), teams=await visible_teams(request),
+                  statuses=STATUSES)
 
 
 async def trials_page(request: web.Request) -> web.Response:
@@ -168,13 +178,20 @@ async def create_trial(request: web.Request) -> web.Response:
 
 async def _trial_context(request: web.Request) -> dict[str, Any]:
     p = principal(request)
-    trial = await state(request).trials.get(p, request.match_info["trial_id"])
+    console = state(request)
+    trial = await console.trials.get(p, request.match_info["trial_id"])
+    watch = None
+    if trial["status"] == "adopted":
+        watch = next((w for w in await console.watches.list(p) if w["trial_id"] == trial["id"]), None)
     return {"t": trial, "chart": decision_chart(trial["verdict"]), "may_write": can_write(p, trial["team"]),
-            "promote": promote_slot(p, trial), "paused": trial["status"] in PAUSED}
+            "promote": promote_slot(p, trial, CONSOLE_PREFIX), "paused": trial["status"] in PAUSED, "watch": watch,
+            "promote_key": secrets.token_urlsafe(16), "promote_error": None, "promote_values": {}}
 
 
-async def trial_page(request: web.Request) -> web.Response:
-    return render(request, "trial.html", nav="trials", **await _trial_context(request))
+async def trial_page(request: web.Request, *, status: int = 200, **over: Any) -> web.Response:
+    context = await _trial_context(request)
+    context.update(over)
+    return render(request, "trial.html", status=status, nav="trials", **context)
 
 
 async def trial_fragment(request: web.Request) -> web.Response:
@@ -236,7 +253,7 @@ def _next(target: str | None) -> str:
 
 
 async def login_page(request: web.Request, *, message: str | None = None, status: int = 200) -> web.Response:
-    if not state(request).sessions.auth_on:
+    if not shell(request).sessions.auth_on:
         return redirect(f"{CONSOLE_PREFIX}/")
     reason = request.query.get("reason")
     if message is None and reason == "expired":
@@ -247,7 +264,7 @@ async def login_page(request: web.Request, *, message: str | None = None, status
 
 async def login(request: web.Request) -> web.Response:
     fields = form(request)
-    sessions = state(request).sessions
+    sessions = shell(request).sessions
     token = fields.get("token", "").strip()
     if not sessions.auth_on:
         return redirect(f"{CONSOLE_PREFIX}/")
@@ -271,6 +288,10 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
+    from sidecar.console import compare_pages, watch_pages
+
+    watch_pages.add_routes(router)
+    compare_pages.add_routes(router)
     router.add_get("/", live_page)
     router.add_get("/live/fragment", live_fragment)
     router.add_get("/results", results_page)

@@ -16,7 +16,8 @@ and the static assets are the only things served without one.
 CSRF. Every console response makes sure the browser holds :data:`BROWSER_COOKIE` (a
 random id, HttpOnly, SameSite=Strict). A form's token is an HMAC of that id under a key
 drawn when the app starts; every write (any method but GET/HEAD) must carry the cookie
-and the matching ``csrf`` form field, and a cross-origin ``Origin`` is refused
+and the matching ``csrf`` form field (a script's JSON or upload write: the
+``X-CSRF-Token`` header), and a cross-origin ``Origin`` is refused
 whatever it carries. A forged write is ``403`` before anything is decoded; a write the
 principal's roles do not carry is then refused by the service (``403``), as on the API.
 """

@@ -1,9 +1,9 @@
-"""Actions whose API has not landed in this sidecar yet, as slots a page renders.
+"""Actions a page offers, as slots: whether the button is shown, and when not, why.
 
-A slot says whether its button is offered, and when not, why — the refusal the API
-would give. Wiring a new API in is one function: make it return an offered
-:class:`Slot` with the action's URL where the API would allow it, and the refusal's
-message otherwise; the templates already render both.
+A slot's decision is the API's own: the Promote slot asks :func:`policies.promotion.refusal`
+(the pure rule :class:`~sidecar.services.promotion.PromotionService` applies) and the
+role check (:func:`policies.roles.decide`), so the console offers Promote exactly where
+``POST /v1/trials/{id}/promote`` would accept it, and shows the API's refusal otherwise.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from policies.roles import Principal
+from policies.promotion import refusal
+from policies.roles import Principal, decide
+from sidecar.services.promotion import REFUSAL_WORDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,11 +24,16 @@ class Slot:
     offered: bool
     reason: str | None = None
     action: str | None = None
+    code: str | None = None
 
 
-def promote_slot(principal: Principal, trial: dict[str, Any]) -> Slot:
-    """The Promote button of a trial's page. Promotion (``POST /v1/trials/{id}/promote``) is
-    not part of this sidecar yet, so the slot shows why it is not offered."""
-    del principal, trial  # read once promotion's service lands: its refusal reasons decide
-    return Slot("Promote", offered=False,
-                reason="Promotion is not available yet: this sidecar has no promotion API (POST /v1/trials/{id}/promote).")
+def promote_slot(principal: Principal, trial: dict[str, Any], prefix: str = "/console") -> Slot:
+    """The Promote button of a trial's page (``trial``: the API's trial view)."""
+    if decide(principal, trial["team"], "write") != "allow":
+        return Slot("Promote", offered=False, reason="your roles may read this trial but not promote it",
+                    code="forbidden")
+    verdict = trial["verdict"]
+    why = refusal(evidence=str(verdict.get("evidence", "traffic")), status=trial["status"], verdict=verdict["code"])
+    if why is not None:
+        return Slot("Promote", offered=False, reason=f"Promotion refused: {REFUSAL_WORDS[why]}.", code=why)
+    return Slot("Promote", offered=True, action=f"{prefix}/trials/{trial['id']}/promote")

@@ -45,6 +45,8 @@ _WORDS = {
     "not_running_or_ended": "the trial is paused; resume or stop it before promoting",
     "not_adoptable": "the verdict is not Adoptable",
 }
+#: The refusal reasons of :func:`policies.promotion.refusal` in words (the console shows them).
+REFUSAL_WORDS: dict[str, str] = _WORDS
 
 
 class PromoteBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

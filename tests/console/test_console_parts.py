@@ -52,6 +52,22 @@ def test_form_fields_become_the_api_body() -> None:
     assert field_name("Idempotency-Key") is None
 
 
-def test_promote_slot_says_why_it_is_not_offered() -> None:
-    slot = promote_slot(LOCAL_DEVELOPMENT, {"id": "tr_1"})
-    assert not slot.offered and slot.reason and "not available yet" in slot.reason
+def test_promote_slot_offers_exactly_what_the_api_allows() -> None:
+    from policies.promotion import refusal
+    from policies.roles import Principal
+
+    for status in ("running", "stopped", "cap_reached", "adopted", "paused", "posture_changed"):
+        for code in ("candidate_better", "equivalent", "regression", "inconclusive"):
+            for evidence in ("traffic", "corpus"):
+                trial = {"id": "tr_1", "team": "team-a", "status": status,
+                         "verdict": {"code": code, "evidence": evidence}}
+                slot = promote_slot(LOCAL_DEVELOPMENT, trial)
+                why = refusal(evidence=evidence, status=status, verdict=code)
+                assert slot.offered == (why is None), (status, code, evidence)
+                assert slot.code == why
+                assert (slot.action == "/console/trials/tr_1/promote") == slot.offered
+                if why is not None:
+                    assert slot.reason and slot.reason.startswith("Promotion refused:")
+    viewer = Principal.of("v", ["viewer"], ["team-a"])
+    adoptable = {"id": "tr_1", "team": "team-a", "status": "running", "verdict": {"code": "candidate_better"}}
+    assert promote_slot(viewer, adoptable).code == "forbidden"
