@@ -9,8 +9,9 @@ corpus API (:mod:`sidecar.corpus.api`) calls, with the request's principal.
 
 - **Datasets**: the list, an import from a file (``static/upload.js`` sends it with
   progress; without script the form posts and redirects), a dataset's versions and a
-  version's items (content permission). Seeding from traffic is shown unavailable with
-  its reason: the team's retention is off, or the control plane holds no retained traffic.
+  version's items (content permission). Seeding from traffic: a form for each team whose
+  retention is on (the exchanges forwarded for its control-plane trials); unavailable,
+  with the reason, for a team whose retention is off.
 - **Comparisons**: the A/B comparisons table (Id, Suite, Baseline, Candidate, Verdict,
   Created; the 200 most recent), its suite filter, the empty state, a detail side panel
   with the metric rows, the *New comparison* panel with JSON fields (the API's
@@ -41,10 +42,10 @@ from sidecar.console.app import (
 from sidecar.console.session import Sessions
 from sidecar.corpus.api import Services
 from sidecar.corpus.comparisons import ComparisonIn
-from sidecar.corpus.datasets import decode
+from sidecar.corpus.datasets import SeedIn, decode
 from sidecar.corpus.items import FORMATS
 from sidecar.errors import ApiError, BadRequest
-from sidecar.ingest.wire import encode
+from sidecar.ingest.wire import encode, split_path
 from sidecar.store.errors import IdempotencyConflict
 
 log = logging.getLogger("shadowtrial.console")
@@ -93,7 +94,7 @@ async def _teams(request: web.Request) -> list[str]:
 
 
 async def _seeding(request: web.Request, teams: Sequence[str]) -> list[dict[str, Any]]:
-    """Why seeding from traffic is unavailable for each team (it always is, here: see the reasons)."""
+    """Per team: whether a dataset may be seeded from the traffic the control plane holds, or why not."""
     ctx = _svc(request).ctx
     out = []
     for team in teams:
@@ -160,6 +161,24 @@ async def import_dataset(request: web.Request) -> web.StreamResponse:
         return web.Response(status=201, body=encode({"location": location, "dataset": view}),
                             content_type="application/json")
     return redirect(location)
+
+
+async def seed_dataset(request: web.Request) -> web.StreamResponse:
+    """A dataset from the team's retained traffic at the control plane: team and name."""
+    fields = form(request)
+    try:
+        try:
+            body = msgspec.convert({"team": fields.get("seed_team", "").strip(),
+                                    "name": fields.get("seed_name", "").strip()}, SeedIn)
+        except msgspec.ValidationError as exc:
+            message, path = split_path(str(exc))
+            raise BadRequest(message, field=path) from None
+        view = await _svc(request).datasets.seed(principal(request), body)
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            raise
+        return await datasets_page(request, error=exc, values=fields, status=exc.status)
+    return redirect(f"{CONSOLE_PREFIX}/datasets/{view['id']}?seeded={view['skipped']}")
 
 
 async def dataset_page(request: web.Request) -> web.Response:
@@ -322,6 +341,7 @@ def corpus_console_app(services: Services, verifier: Verifier | None, revocation
     app.router.add_get("/", home)
     app.router.add_get("/datasets", datasets_page)
     app.router.add_post("/datasets", import_dataset)
+    app.router.add_post("/datasets/seed", seed_dataset)
     app.router.add_get("/datasets/{dataset_id}", dataset_page)
     app.router.add_get("/comparisons", comparisons_page)
     app.router.add_post("/comparisons", create_comparison)

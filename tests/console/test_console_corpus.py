@@ -3,7 +3,7 @@
 The collector runs with a config (its ``[auth]`` the admin API's JWTs), which mounts the
 console's corpus pages at ``/console/``. A writer imports a dataset from a file (the
 upload reports progress; a refused file names its line), reads its versions and items
-(as text), sees seeding from traffic unavailable with each team's reason, and creates a
+(as text), sees seeding from traffic offered or unavailable with each team's reason, and creates a
 comparison in the *New comparison* panel (the API's ``comparison_invalid`` field named
 first); the detail side panel opens from the keyboard, Escape closes it and focus
 returns to the row. A viewer sees no write control and a forged write is refused.
@@ -25,7 +25,10 @@ from sidecar.collector_server import CollectorServer
 from sidecar.config import load_config
 from tests.console.conftest import Pages, screenshot
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, write_config
+from sidecar.store.records import Collected
+from tests.store.factories import trial
 from tests.uplink.kit import UplinkKit
+from uplink.schema import ExchangeRecord, encode_record
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -62,11 +65,11 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         seeding = page.locator("#seeding")
         await expect(seeding.locator("[data-team=team-r]")).to_contain_text("unavailable")
         await expect(seeding.locator("[data-team=team-r]")).to_contain_text("retention")
-        await expect(seeding.locator("[data-team=team-a]")).to_contain_text("no retained traffic")
+        await expect(seeding.locator("[data-team=team-a]")).to_contain_text("available")
 
         bad = tmp_path / "broken.jsonl"
         bad.write_text('{"input": "fine"}\n{"input": \n')
-        await page.get_by_label("Name").fill("hard-cases")
+        await page.get_by_label("Name", exact=True).fill("hard-cases")
         await page.get_by_label("File").set_input_files(str(bad))
         await page.get_by_role("button", name="Import").click()
         await expect(page.locator("#import-error")).to_contain_text("invalid_dataset")
@@ -212,3 +215,37 @@ async def test_a_failed_read_offers_retry(tmp_path: Path) -> None:
             assert 'id="retry" href="/console/comparisons?suite=su_1"' in failed.text
     finally:
         await runner.cleanup()
+
+
+async def test_seed_a_dataset_from_the_traffic_the_control_plane_holds(
+    control_plane: tuple[CollectorServer, AuthKit], browser: Any,
+) -> None:
+    """A cut-over team's forwarded exchanges seed a dataset by clicking; a retention-off team
+    is offered no seeding form at all."""
+    server, auth = control_plane
+    assert server.store is not None
+    await server.store.create_trial(trial("cp-a", team="team-a", execution_site="control_plane"))
+    await server.store.put_collected([
+        Collected(id=f"exchange:cp-a:ex-{i}", kind="exchange", sidecar_id="gw-1/s", team="team-a", trial_id="cp-a",
+                  exchange_id=f"ex-{i}", revision=None, body=encode_record(ExchangeRecord(
+                      id=f"exchange:cp-a:ex-{i}", trial_id="cp-a", team="team-a", exchange_id=f"ex-{i}",
+                      gateway="gw-1", model=INCUMBENT,
+                      request={"messages": [{"role": "user", "content": f"question {i}"}], "params": {}},
+                      response={"content": f"served answer {i}", "usage": {"input_tokens": 5, "output_tokens": 5}},
+                  )), received_at=1.0)
+        for i in range(7)
+    ])
+    pages = Pages(browser, server.url)
+    try:
+        page = await pages.page()
+        await sign_in(page, auth.token(subject="dev", roles=["tenant_admin"], teams=["team-a", "team-r"],
+                                       content=True))
+        team = page.get_by_label("Team to seed from")
+        await expect(team.locator("option")).to_have_count(1)  # team-r keeps no traffic: not offered
+        await page.get_by_label("Name of the seeded dataset").fill("from-traffic")
+        await page.get_by_role("button", name="Seed from traffic").click()
+        await expect(page).to_have_url(re.compile(r"/console/datasets/ds_"))
+        await expect(page.get_by_text("served answer 6")).to_be_visible()
+        await screenshot(page, "dataset-seeded")
+    finally:
+        await pages.close()
