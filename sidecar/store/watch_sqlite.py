@@ -59,6 +59,18 @@ def _outbox(conn: sqlite3.Connection, record: OutboxRecord, at: float) -> None:
     )
 
 
+def _filtered(table: str, teams: Sequence[str] | None, status: str | None) -> tuple[str, list[Any]]:
+    """``SELECT *`` of ``table`` narrowed to ``teams`` (None: every team) and ``status``."""
+    sql, args = f"SELECT * FROM {table} WHERE 1=1", list[Any]()
+    if teams is not None:
+        sql += f" AND team IN ({', '.join('?' for _ in teams)})"
+        args.extend(teams)
+    if status is not None:
+        sql += " AND status=?"
+        args.append(status)
+    return sql, args
+
+
 def apply_effects(conn: sqlite3.Connection, finish: CaseFinish) -> None:
     """Write ``finish.effects`` inside the finishing transaction."""
     for effect in finish.effects:
@@ -150,13 +162,7 @@ class SQLiteWatches:
         self, *, teams: Sequence[str] | None = None, status: str | None = None
     ) -> list[WatchRecord]:
         def fn(conn: sqlite3.Connection) -> list[WatchRecord]:
-            sql, args = "SELECT * FROM watches WHERE 1=1", list[Any]()
-            if teams is not None:
-                sql += f" AND team IN ({', '.join('?' for _ in teams)})"
-                args.extend(teams)
-            if status is not None:
-                sql += " AND status=?"
-                args.append(status)
+            sql, args = _filtered("watches", teams, status)
             return [_watch(r) for r in conn.execute(sql + " ORDER BY created_at DESC, id", args).fetchall()]
 
         result: list[WatchRecord] = await self._run(fn)
@@ -203,13 +209,7 @@ class SQLiteWatches:
         self, *, teams: Sequence[str] | None = None, status: str | None = None
     ) -> list[AlertRow]:
         def fn(conn: sqlite3.Connection) -> list[AlertRow]:
-            sql, args = "SELECT * FROM alerts WHERE 1=1", list[Any]()
-            if teams is not None:
-                sql += f" AND team IN ({', '.join('?' for _ in teams)})"
-                args.extend(teams)
-            if status is not None:
-                sql += " AND status=?"
-                args.append(status)
+            sql, args = _filtered("alerts", teams, status)
             return [_alert(r) for r in conn.execute(f"{sql} ORDER BY {_ALERT_ORDER}", args).fetchall()]
 
         result: list[AlertRow] = await self._run(fn)
