@@ -11,7 +11,7 @@ after every case would reach a wrong decision far more often than alpha
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,3 +181,32 @@ def evaluate(
         contradicted=folded.contradicted,
         interval_note=interval_note,
     )
+
+
+def bounds_path(
+    case_scores: Sequence[float], *, alpha: float = 0.05, expected_cases: int = 1000, points: int = 120,
+) -> list[tuple[int, float, float]]:
+    """The decision bounds on the win-rate scale after each judged case, in the order given
+    (the order cases finished), as ``(n, lower, upper)`` at up to ``points`` evenly spaced
+    case counts, the last always included.
+
+    Each point is the running intersection of the confidence sequence had the trial been
+    looked at after every case (the same bounds :func:`sequence_bounds` gives at one look);
+    where the intersection would empty, it starts again from that case, as
+    :func:`policies.sequence.path` does. A trial folds at its own looks, so its kept
+    bounds are at least as wide: this is the every-case view of the same evidence."""
+    arr = np.asarray(case_scores, dtype=np.float64)
+    if arr.size == 0:
+        return []
+    lo, hi = confseq.running_eb_bounds(arr, alpha=alpha, expected_cases=expected_cases)
+    lo = (np.clip(lo, -1.0, 1.0) + 1.0) / 2.0
+    hi = (np.clip(hi, -1.0, 1.0) + 1.0) / 2.0
+    run_lo, run_hi = np.empty_like(lo), np.empty_like(hi)
+    cur_lo, cur_hi = 0.0, 1.0
+    for i in range(arr.size):  # one pass; restarts are rare
+        cur_lo, cur_hi = max(cur_lo, float(lo[i])), min(cur_hi, float(hi[i]))
+        if cur_lo > cur_hi:
+            cur_lo, cur_hi = float(lo[i]), float(hi[i])
+        run_lo[i], run_hi[i] = cur_lo, cur_hi
+    picks = np.unique(np.linspace(0, arr.size - 1, min(points, arr.size)).round().astype(np.int64))
+    return [(int(i) + 1, float(run_lo[i]), float(run_hi[i])) for i in picks]

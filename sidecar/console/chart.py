@@ -1,16 +1,16 @@
 """The decision-bounds chart of a trial, as SVG geometry computed here and drawn by a template.
 
-The trial keeps the running intersection of its confidence sequence (and the case count
-at which it decided), not the bounds of every look, so the chart draws what is stored:
-the tolerance band around parity, the decision bounds at the latest look, the current
-look's bounds, the bootstrap interval, the win rate, and where the decision was
-reached. :attr:`Chart.note` says so on the page.
+The bounds over judged cases are recomputed from the stored case scores (the trial keeps
+the running intersection of its looks, not the bounds after every case); with them the
+chart draws the tolerance band around parity, the decision bounds at the latest look,
+the current look's bounds, the bootstrap interval, the win rate, and where the decision
+was reached. :attr:`Chart.note` says so on the page.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from sidecar.console.fmt import pct
 
@@ -49,17 +49,23 @@ class Chart:
     decided_label: str
     summary: str
     note: str
+    #: The decision bounds after each judged case (SVG ``points`` text): lower and upper
+    #: lines, and the area between them; empty when no case was judged.
+    path_lower: str = ""
+    path_upper: str = ""
+    path_area: str = ""
 
 
 def _y(p: float) -> float:
     return TOP + (1.0 - max(0.0, min(1.0, p))) * (HEIGHT - TOP - BOTTOM)
 
 
-def decision_chart(verdict: dict[str, Any]) -> Chart:
-    """The chart of a trial's ``verdict`` view (``GET /v1/trials/{id}``'s ``verdict``)."""
+def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, float]] = ()) -> Chart:
+    """The chart of a trial's ``verdict`` view (``GET /v1/trials/{id}``'s ``verdict``), with
+    ``path``: the decision bounds after each judged case (:func:`policies.verdict.bounds_path`)."""
     n = int(verdict.get("cases") or 0)
     decided = verdict.get("decided_at")
-    span = max(n, int(decided or 0), 10)
+    span = max(n, int(decided or 0), path[-1][0] if path else 0, 10)
     span = int(span * 1.1) + 1
 
     def x(cases: float) -> float:
@@ -91,17 +97,23 @@ def decision_chart(verdict: dict[str, Any]) -> Chart:
             parts.append(f"the decision bounds are {pct(bounds['lower'])} to {pct(bounds['upper'])}")
         parts.append(f"the tolerance band is {pct(0.5 - delta)} to {pct(0.5 + delta)}")
         summary = "; ".join(parts) + "."
+    lower = " ".join(f"{x(c):.1f},{_y(lo):.1f}" for c, lo, _ in path)
+    upper = " ".join(f"{x(c):.1f},{_y(hi):.1f}" for c, _, hi in path)
+    area = " ".join([upper, *(f"{x(c):.1f},{_y(lo):.1f}" for c, lo, _ in reversed(path))]) if path else ""
     return Chart(
+        path_lower=lower, path_upper=upper, path_area=area,
         width=WIDTH, height=HEIGHT, plot_left=LEFT, plot_right=WIDTH - RIGHT, plot_top=TOP, plot_bottom=HEIGHT - BOTTOM,
         band_top=_y(0.5 + delta), band_bottom=_y(0.5 - delta), parity_y=_y(0.5),
         y_ticks=y_ticks, x_ticks=x_ticks, marks=tuple(marks), point=point,
         decided_x=None if decided is None else x(int(decided)),
         decided_label="" if decided is None else f"decided at case {decided}",
         summary=summary,
-        note=("The trial stores the running intersection of its confidence sequence, not the bounds of every "
-              "look, so this chart draws what is stored: the bounds at the latest look "
-              f"(n = {n}), this look's own bounds where they differ, the bootstrap interval, and the case "
-              "count at which the decision was reached."),
+        note=("The shaded band is the confidence sequence's running intersection recomputed after every judged "
+              "case, in the order the cases were claimed, from the stored case scores. The trial itself decides "
+              "at its looks, so its kept bounds (the bar at the latest look, "
+              f"n = {n}) are at least as wide. Also drawn: this look's own bounds where they differ, the "
+              "bootstrap interval, the tolerance band around parity, and the case count at which the decision "
+              "was reached."),
     )
 
 

@@ -183,7 +183,8 @@ async def _trial_context(request: web.Request) -> dict[str, Any]:
     watch = None
     if trial["status"] == "adopted":
         watch = next((w for w in await console.watches.list(p) if w["trial_id"] == trial["id"]), None)
-    return {"t": trial, "chart": decision_chart(trial["verdict"]), "may_write": can_write(p, trial["team"]),
+    path = await console.trials.decision_path(p, trial["id"])
+    return {"t": trial, "chart": decision_chart(trial["verdict"], path), "may_write": can_write(p, trial["team"]),
             "promote": promote_slot(p, trial, CONSOLE_PREFIX), "paused": trial["status"] in PAUSED, "watch": watch,
             "promote_key": secrets.token_urlsafe(16), "promote_error": None, "promote_values": {}}
 

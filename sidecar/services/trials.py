@@ -19,6 +19,7 @@ import hashlib
 from typing import Any
 
 from policies.posture import needs_pause
+from policies.verdict import bounds_path
 from policies.roles import Principal
 from sidecar.api.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
 from sidecar.errors import BadRequest, Conflict, NotFound
@@ -68,6 +69,14 @@ class TrialService:
     async def get(self, principal: Principal, trial_id: str) -> dict[str, Any]:
         """The whole view of a trial the principal sees (its statistics folded and kept)."""
         return await trial_view(self._rt, await self._read(principal, trial_id))
+
+    async def decision_path(self, principal: Principal, trial_id: str) -> list[tuple[int, float, float]]:
+        """The trial's decision bounds after each judged case, in the order the cases were
+        claimed (:func:`policies.verdict.bounds_path`): content-free, for the decision chart."""
+        record = (await self._read(principal, trial_id)).record
+        scores = [float(score) for c in await self._rt.store.cases(trial_id)
+                  if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
+        return bounds_path(scores, expected_cases=record.expected_cases)
 
     async def list(
         self, principal: Principal, *, status: str | None = None, team: str | None = None

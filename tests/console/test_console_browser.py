@@ -78,7 +78,8 @@ async def test_each_screen_loads(tmp_path: Path, browser: Any) -> None:
             await page.goto(f"/console/trials/{decided['id']}")
             await expect(page.locator("#verdict")).to_have_text("Adoptable")
             await expect(page.locator("svg.chart")).to_be_visible()
-            await expect(page.locator("#chart-note")).to_contain_text("not the bounds of every look")
+            await expect(page.locator("#chart-note")).to_contain_text("recomputed after every judged case")
+            await expect(page.locator("svg.chart polygon.path-area")).to_have_count(1)  # the bounds over judged cases
             await expect(page.locator("#funnel")).to_contain_text("judged")
             await expect(page.locator("#spend-coverage")).to_have_text("complete")
             await expect(page.locator("#promote-form")).to_be_visible()  # Adoptable and running: promotable

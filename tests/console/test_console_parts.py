@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.verdict import bounds_path
 from sidecar.console.chart import decision_chart
 from sidecar.console.fmt import spend_known, totals_known
 from sidecar.console.forms import field_name, trial_body
@@ -29,7 +30,13 @@ def verdict(**over: Any) -> dict[str, Any]:
 def test_chart_draws_what_is_stored_and_says_so() -> None:
     empty = decision_chart(verdict())
     assert empty.point is None and empty.marks == () and empty.summary == "No judged cases yet."
-    assert "not the bounds of every look" in empty.note
+    assert empty.path_area == "" and "recomputed after every judged case" in empty.note
+    path = bounds_path([1.0, 0.5, 1.0, -1.0] * 30)
+    drawn = decision_chart(verdict(cases=120, win_rate=0.75), path)
+    assert len(drawn.path_upper.split()) == len(drawn.path_lower.split()) == len(path)
+    assert len(drawn.path_area.split()) == 2 * len(path)
+    last_x = float(drawn.path_upper.split()[-1].split(",")[0])
+    assert drawn.plot_left < last_x < drawn.plot_right
     decided = decision_chart(verdict(cases=80, decided_at=40, win_rate=0.9, interval={"lower": 0.85, "upper": 0.95},
                                      decision_bounds={"lower": 0.7, "upper": 1.0},
                                      decision_bounds_now={"lower": 0.68, "upper": 1.0}))
