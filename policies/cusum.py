@@ -235,3 +235,20 @@ def run(design_: CusumDesign, state: CusumState, observations: Iterable[Observat
     for obs in observations:
         state = step(design_, state, obs)
     return state
+
+
+def statistic_path(
+    design_: CusumDesign, observations: Iterable[Observation], *, points: int = 120,
+) -> list[tuple[int, float]]:
+    """The detector's statistic (log-likelihood-ratio units) after each judged case, as
+    ``(judged, statistic)`` at up to ``points`` evenly spaced counts, the last included:
+    :func:`run` one step at a time, for charting its history."""
+    state, path = CusumState(), []
+    for obs in observations:
+        state = step(design_, state, obs)
+        path.append((state.judged, state.statistic * design_.unit))
+    if len(path) <= points:
+        return path
+    last = len(path) - 1
+    picks = sorted({round(i * last / (points - 1)) for i in range(points)})
+    return [path[i] for i in picks]

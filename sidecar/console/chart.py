@@ -161,8 +161,57 @@ def detector_gauge(watch: dict[str, Any]) -> Gauge:
         judged_x=scale(judged, j_top), min_x=scale(minimum, j_top),
         judged_label=str(judged), min_label=f"minimum {minimum}",
         fired=bool(d["fired"]), summary=summary,
-        note=("The watch stores its detector's current state (the CUSUM statistic, judged and decisive counts, "
-              "and the judged case at which it fired), not the statistic after every case, so this draws what "
-              "is stored: the statistic now against its threshold, and the judged cases against the minimum "
-              "before an alert may fire. There is no history to plot over time."),
+        note=("The bars are the detector's stored state: the statistic now against its threshold, and the "
+              "judged cases against the minimum before an alert may fire. The line below is its history, "
+              "recomputed from the sentinel's stored case scores in the order the cases were claimed (the stored "
+              "statistic was stepped in the order they finished, so the two may differ by a step or two)."),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A watch's detector over judged cases: its statistic line against the threshold, the
+    minimum judged cases before it may fire, and where it fired. Geometry for ``_watch_body.html``."""
+
+    width: int
+    height: int
+    plot_left: float
+    plot_right: float
+    plot_top: float
+    plot_bottom: float
+    line: str
+    threshold_y: float
+    min_x: float
+    fired_x: float | None
+    x_ticks: tuple[tuple[float, str], ...]
+    y_ticks: tuple[tuple[float, str], ...]
+    summary: str
+
+
+def detector_history(watch: dict[str, Any], path: Sequence[tuple[int, float]]) -> History:
+    """The chart of a watch view's detector and its ``path`` (:func:`policies.cusum.statistic_path`)."""
+    d = watch["detector"]
+    threshold, minimum = float(d["threshold"]), int(d["min_judged"])
+    fired = d.get("fired_at_judged")
+    span = int(max(path[-1][0] if path else 0, minimum, int(fired or 0), 10) * 1.1) + 1
+    top = max(threshold * 1.25, max((s for _, s in path), default=0.0) * 1.05, 1e-9)
+    height, bottom = 200, 200 - BOTTOM
+
+    def x(judged: float) -> float:
+        return LEFT + judged / span * (WIDTH - LEFT - RIGHT)
+
+    def y(stat: float) -> float:
+        return TOP + (1.0 - max(0.0, min(1.0, stat / top))) * (bottom - TOP)
+
+    line = " ".join(f"{x(j):.1f},{y(s):.1f}" for j, s in ([(0, 0.0)] if path else []) + list(path))
+    step = max(1, span // 5)
+    peak = max((s for _, s in path), default=0.0)
+    return History(
+        width=WIDTH, height=height, plot_left=LEFT, plot_right=WIDTH - RIGHT, plot_top=TOP, plot_bottom=bottom,
+        line=line, threshold_y=y(threshold), min_x=x(minimum), fired_x=None if fired is None else x(int(fired)),
+        x_ticks=tuple((x(c), str(c)) for c in range(0, span + 1, step)),
+        y_ticks=tuple((y(v), f"{v:.1f}") for v in (0.0, threshold, top / 2, top)
+                      if v in (0.0, threshold) or abs(y(v) - y(threshold)) > 14),
+        summary=(f"Over {path[-1][0] if path else 0} judged case(s) the statistic peaked at {peak:.3f} against a "
+                 f"threshold of {threshold:.3f}" + (f"; it fired at judged case {fired}." if fired else ".")),
     )

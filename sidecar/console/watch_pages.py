@@ -13,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, state
-from sidecar.console.chart import detector_gauge
+from sidecar.console.chart import detector_gauge, detector_history
 from sidecar.console.pages import can_write, trial_page
 from sidecar.errors import BadRequest
 from sidecar.ingest.wire import encode
@@ -69,7 +69,9 @@ async def _watch_context(request: web.Request) -> dict[str, Any]:
     service = state(request).watches
     w = await service.get(p, request.match_info["watch_id"])
     alerts = [a for a in await service.alerts(p) if a["watch_id"] == w["id"]]
-    return {"w": w, "gauge": detector_gauge(w), "alerts": alerts, "may_write": can_write(p, w["team"])}
+    history = detector_history(w, await service.detector_path(p, w["id"]))
+    return {"w": w, "gauge": detector_gauge(w), "history": history, "alerts": alerts,
+            "may_write": can_write(p, w["team"])}
 
 
 async def watch_page(request: web.Request) -> web.Response:

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from policies import cusum
-from policies.promotion import utc_day
+from policies.promotion import observation, utc_day
 from policies.roles import Principal
 from sidecar.api.views import list_item, live_item, spend_totals_view
 from sidecar.errors import BadRequest, Conflict, NotFound
@@ -109,6 +109,20 @@ class WatchService:
 
     async def get(self, principal: Principal, watch_id: str) -> dict[str, Any]:
         return await self.view(await self._watch(principal, watch_id))
+
+    async def detector_path(self, principal: Principal, watch_id: str) -> builtins.list[tuple[int, float]]:
+        """The detector's statistic after each judged case of the sentinel, recomputed from the
+        stored case scores of its day rows in the order the cases were claimed
+        (:func:`policies.cusum.statistic_path`): content-free, for the watch's chart."""
+        w = await self._watch(principal, watch_id)
+        design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
+        rows = sorted((r for r in await self._rt.store.list_trials(teams=[w.team], kind="watch") if r.watch_id == w.id),
+                      key=lambda r: (r.created_at, r.id))
+        observations: builtins.list[cusum.Observation] = []
+        for row in rows:
+            observations += [observation(float(score)) for c in await self._rt.store.cases(row.id)
+                             if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
+        return cusum.statistic_path(design, observations)
 
     async def stop(self, principal: Principal, watch_id: str) -> dict[str, Any]:
         w = await self._watch(principal, watch_id)

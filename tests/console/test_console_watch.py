@@ -65,7 +65,8 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             watch_id = page.url.rsplit("/", 1)[1]
             await expect(page.locator("#detector-state")).to_have_text("Warming up")
             await expect(page.locator("#no-alert")).to_be_visible()
-            await expect(page.locator("#gauge-note")).to_contain_text("not the statistic after every case")
+            await expect(page.locator("#gauge-note")).to_contain_text("The line below is its history")
+            await expect(page.locator("#detector-history")).to_contain_text("no judged case yet")
             assert (await h.trial(trial_id))["status"] == "adopted"
 
             # The trial's page now says Adopted and links its watch; Promote is refused with the reason.
@@ -78,6 +79,8 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             # The new incumbent's answers drop; the open page refreshes itself to the alert.
             await h.send([served(i, 0.4, "drop") for i in range(80)])
             await expect(page.locator("#detector-state")).to_have_text("Fired", timeout=60_000)
+            await expect(page.locator("#detector-history polyline")).to_have_count(1)  # its history, drawn
+            await expect(page.locator("#detector-history line.fired")).to_have_count(1)
             await expect(page.locator("#ack-alert")).to_be_visible()
             await screenshot(page, "watch-fired")
 
