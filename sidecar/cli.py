@@ -34,6 +34,7 @@ import httpx
 
 from sidecar import compare_cli
 from sidecar.corpus import cli as corpus_cli
+from sidecar.corpus import experiments_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.render import render_live, render_trial, render_trial_list
 from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
@@ -247,6 +248,7 @@ def _parser() -> argparse.ArgumentParser:
     pset.add_argument("--cut-over", dest="cut_over", choices=("on", "off"), help="cut over to control-plane execution")
     pset.add_argument("--if-match", dest="if_match", type=int, help="write only over this revision")
     corpus_cli.add_commands(sub, client)
+    experiments_cli.add_commands(sub, client)
     return p
 
 
@@ -338,6 +340,8 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return compare_cli.run(args, base, auth)
     if args.command == "datasets":
         return corpus_cli.run(args, base, auth, environ, _call)
+    if args.command == "experiments":
+        return experiments_cli.run(args, base, auth, environ, _call)
     from sidecar.cli_watches import run
 
     done = run(args, base, auth, _call, _segment)

@@ -4,14 +4,16 @@
 (``[collector] store_url``, else the SQLite file ``db_path``: the sidecar's store contract,
 :mod:`sidecar.collected`), loads each ``[[collector.keys]]`` public key, starts the engine
 of control-plane trials when ``config`` names providers (:mod:`sidecar.control_plane`;
-with none it runs no trial and says so at start), and listens on ``listen`` (port 0 binds
-a free port; ``c.url`` is the bound address). Shutdown: stop accepting, stop the engine
-(drain, retire), close the store.
+with none it runs no trial and says so at start) and, beside it, the runner of comparison
+groups (:mod:`sidecar.corpus.runner`, resuming admitted and running groups), and listens on ``listen`` (port 0 binds
+a free port; ``c.url`` is the bound address). Shutdown: stop accepting, stop the corpus runner
+and the engine (drain, retire), close the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import time
@@ -28,7 +30,8 @@ from sidecar.collected import CollectedRecords
 from sidecar.console.corpus_pages import corpus_console_app
 from sidecar.corpus.api import Services, corpus_app
 from sidecar.corpus.context import CorpusContext
-from sidecar.engine.parts import configured_retention, price_book, resolver, trial_defaults
+from sidecar.corpus.runner import CorpusRunner, RunnerSettings
+from sidecar.engine.parts import configured_retention, open_providers, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
 from sidecar.control_plane import ControlPlane, collected_traffic
 from sidecar.errors import StartupError
@@ -57,6 +60,7 @@ class CollectorServer:
         self.store: Store | None = None
         self.records: CollectedRecords | None = None
         self.control_plane: ControlPlane | None = None
+        self.corpus_runner: CorpusRunner | None = None
         self.url = ""
 
     async def start(self) -> None:
@@ -78,8 +82,10 @@ class CollectorServer:
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
                                          reader=None if self.config is None else readers(self.config))
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
-            if self.config is not None:  # corpus evidence lives in the control plane (docs/corpus.md)
+            if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)
                 ctx = corpus_context(self.config, store)
+                if self.corpus_runner is not None:
+                    ctx = dataclasses.replace(ctx, on_change=self.corpus_runner.wake)
                 verifier_ = build_verifier(self.config.auth)
                 revocations = Revocations(self.config.auth.revoked_subjects_file)
                 app.add_subapp("/v1", corpus_app(ctx, verifier_, revocations=revocations, prefix=""))
@@ -107,6 +113,9 @@ class CollectorServer:
             return
         self.control_plane = ControlPlane(config, location=self.cfg.location)
         await self.control_plane.start(store)
+        # Comparison groups (corpus evidence) run here too, on this loop and store (docs/experiments.md).
+        self.corpus_runner = corpus_runner(config, store)
+        await self.corpus_runner.start()
 
     @property
     def port(self) -> int:
@@ -116,6 +125,9 @@ class CollectorServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.corpus_runner is not None:
+            await self.corpus_runner.stop()
+            self.corpus_runner = None
         if self.control_plane is not None:
             await self.control_plane.stop()
             self.control_plane = None
@@ -158,6 +170,15 @@ def corpus_context(config: Config, store: Store) -> CorpusContext:
         defaults=trial_defaults(config), default_retention=lambda team: configured_retention(config, team),
         retained=collected_traffic(store),
     )
+
+
+def corpus_runner(config: Config, store: Store) -> CorpusRunner:
+    """The runner of comparison groups, with the collector's providers, models and engine settings."""
+    e = config.engine
+    settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
+                              items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
+    return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
+                        resolve=resolver(config, price_book(config)), settings=settings)
 
 
 def _where(cfg: CollectorConfig) -> str:

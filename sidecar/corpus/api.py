@@ -24,7 +24,14 @@ Routes (``prefix`` = ``/v1``)::
     POST /v1/comparisons/readiness                     read-only, no provider call
     POST /v1/comparisons                               start (Idempotency-Key required)
     GET  /v1/comparisons                               ?suite_id=&team= (200 most recent)
-    GET  /v1/comparisons/{id}
+    GET  /v1/comparisons/{id}                          with its run: progress, denominators, spend, results
+    GET  /v1/comparisons/{id}/attempts                 every attempt and its scores (no content)
+    POST /v1/comparisons/{id}/retry                    an explicit linked retry of one attempt
+    POST /v1/comparisons/{id}/arms/{arm}/cancel        the arm stops; its peers carry on
+    POST /v1/comparisons/{id}/promote                  always 409 promotion_refused (corpus_evidence)
+    POST /v1/evaluations/comparisons                   an A/B comparison (sidecar/corpus/ab.py)
+    GET  /v1/evaluations/comparisons                   ?suite_id= (200 most recent)
+    GET  /v1/evaluations/comparisons/{id}              both run ids, per-metric rows, verdict
 
 An import's body is the file itself with ``?team=&name=&format=jsonl|csv`` (the format may
 come from the content type instead: ``text/csv``, ``application/x-ndjson``,
@@ -35,6 +42,7 @@ Imports are read up to :data:`MAX_IMPORT_BYTES` whatever the hosting app's own l
 
 from __future__ import annotations
 
+import json
 from typing import Any, Awaitable, Callable
 
 from aiohttp import BodyPartReader, web
@@ -46,7 +54,9 @@ from sidecar.api.principal import principal_of
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier
 from sidecar.corpus.comparisons import ComparisonIn, ComparisonService
+from sidecar.corpus.ab import ABService
 from sidecar.corpus.context import CorpusContext
+from sidecar.corpus.run_service import RetryIn, RunService
 from sidecar.corpus.errors import BodyTooLarge
 from sidecar.corpus.datasets import MAX_PAGE, DatasetService, EditIn, SeedIn, SliceIn, decode
 from sidecar.corpus.items import FORMATS
@@ -67,6 +77,8 @@ class Services:
         self.datasets = DatasetService(ctx)
         self.suites = SuiteService(ctx)
         self.comparisons = ComparisonService(ctx, self.suites)
+        self.runs = RunService(ctx)
+        self.ab = ABService(ctx)
 
 
 CORPUS: web.AppKey[Services] = web.AppKey("corpus", Services)
@@ -279,6 +291,46 @@ async def get_comparison(request: web.Request) -> web.Response:
     return _json(await _svc(request).comparisons.get(principal_of(request), request.match_info["comparison_id"]))
 
 
+async def comparison_attempts(request: web.Request) -> web.Response:
+    return _json(await _svc(request).runs.attempts(principal_of(request), request.match_info["comparison_id"]))
+
+
+async def retry_attempt(request: web.Request) -> web.Response:
+    body: RetryIn = decode(await _read(request, MAX_JSON_BYTES), RetryIn)
+    view, created = await _svc(request).runs.retry(principal_of(request), request.match_info["comparison_id"], body)
+    return _json(view, 201 if created else 200)
+
+
+async def cancel_arm(request: web.Request) -> web.Response:
+    return _json(await _svc(request).runs.cancel_arm(principal_of(request), request.match_info["comparison_id"],
+                                                     request.match_info["arm"]))
+
+
+async def promote_comparison(request: web.Request) -> web.Response:
+    await _svc(request).runs.promote(principal_of(request), request.match_info["comparison_id"])
+    raise AssertionError("unreachable: corpus evidence is always refused")
+
+
+async def create_ab(request: web.Request) -> web.Response:
+    raw = await _read(request, MAX_JSON_BYTES)
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError as exc:
+        raise BadRequest(f"the body is not JSON: {exc}", field="$") from exc
+    key = check_idempotency_key(request.headers.getall(IDEMPOTENCY_KEY, []))
+    view, created = await _svc(request).ab.create(principal_of(request), body, key)
+    return _json(view, 201 if created else 200)
+
+
+async def list_ab(request: web.Request) -> web.Response:
+    query = _query(request, ("suite_id",))
+    return _json({"comparisons": await _svc(request).ab.listing(principal_of(request), query.get("suite_id"))})
+
+
+async def get_ab(request: web.Request) -> web.Response:
+    return _json(await _svc(request).ab.get(principal_of(request), request.match_info["comparison_id"]))
+
+
 def corpus_routes(prefix: str = "/v1") -> list[tuple[str, str, Handler]]:
     """(method, path, handler) of every corpus route; the handlers read :data:`CORPUS` from
     their app (or a parent's)."""
@@ -301,6 +353,13 @@ def corpus_routes(prefix: str = "/v1") -> list[tuple[str, str, Handler]]:
         ("POST", f"{p}/comparisons", start_comparison),
         ("GET", f"{p}/comparisons", list_comparisons),
         ("GET", f"{p}/comparisons/{{comparison_id}}", get_comparison),
+        ("GET", f"{p}/comparisons/{{comparison_id}}/attempts", comparison_attempts),
+        ("POST", f"{p}/comparisons/{{comparison_id}}/retry", retry_attempt),
+        ("POST", f"{p}/comparisons/{{comparison_id}}/arms/{{arm}}/cancel", cancel_arm),
+        ("POST", f"{p}/comparisons/{{comparison_id}}/promote", promote_comparison),
+        ("POST", f"{p}/evaluations/comparisons", create_ab),
+        ("GET", f"{p}/evaluations/comparisons", list_ab),
+        ("GET", f"{p}/evaluations/comparisons/{{comparison_id}}", get_ab),
     ]
 
 

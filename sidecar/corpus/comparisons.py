@@ -46,6 +46,8 @@ from policies.graders import MODEL_GRADERS, canonical, content_hash
 from policies.roles import Principal
 from sidecar.corpus.context import CorpusContext
 from sidecar.corpus.datasets import Name, require_write
+from sidecar.corpus.run_service import RunService
+from sidecar.corpus.plan import DEFAULT_TOLERANCE, Arm, plan_worst_case, suite_items
 from sidecar.corpus.suites import SuiteService
 from sidecar.corpus.errors import ComparisonInvalid, Unprocessable
 from sidecar.errors import BadRequest, Conflict, NotFound
@@ -81,6 +83,10 @@ class ComparisonIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     primary_metric: Name
     repetitions: Annotated[int, msgspec.Meta(ge=MIN_REPETITIONS, le=MAX_REPETITIONS)] = 1
     readiness_token: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    #: The group's spend cap (both arms and every judge call counted); default: the plan's worst case.
+    spend_cap_usd: Annotated[float, msgspec.Meta(gt=0.0, le=1_000_000.0)] | None = None
+    #: The parity band of the results, on the win-rate scale (default 0.05).
+    tolerance: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
 def _missing(comparison_id: str) -> str:
@@ -161,8 +167,25 @@ class ComparisonService:
                                                                     for p in admission.over]},
             "problems": problems, "provider_calls": 0,
         }
+        answer["spend"] = await self._spend(suite.id, body, arms)
+        if answer["spend"]["worst_case_micros"] is None and not problems:
+            problems.append({"code": "spend_unbounded", "field": "$.suite_id",
+                             "message": "a judge model of the suite has no list price: the group's spend could not "
+                                        "be capped"})
         answer["readiness_token"] = content_hash(answer)
         return answer
+
+    async def _spend(self, suite_id: str, body: ComparisonIn, arms: list[dict[str, Any]]) -> dict[str, Any]:
+        """The plan's worst case and the cap a start will hold (read-only; list prices)."""
+        metrics, items = await suite_items(self._ctx.store, suite_id)
+        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"]) for a, r in zip(body.arms, arms)]
+        try:
+            worst = plan_worst_case(planned, metrics, items, body.repetitions, self._ctx.resolve)
+        except LookupError:
+            worst = None
+        cap = round(body.spend_cap_usd * 1_000_000) if body.spend_cap_usd is not None else worst
+        return {"worst_case_micros": worst, "cap_micros": cap, "basis": "list_price",
+                "tolerance": DEFAULT_TOLERANCE if body.tolerance is None else body.tolerance}
 
     async def start(self, principal: Principal, body: ComparisonIn, request_key: str) -> tuple[dict[str, Any], bool]:
         """Start (admit) the group; (view, created). See the module docs for the order of checks."""
@@ -199,7 +222,11 @@ class ComparisonService:
         record = await self._ctx.store.get_comparison(comparison_id)
         if record is None or not principal.sees(record.team):
             raise NotFound(_missing(comparison_id))
-        return comparison_view(record)
+        view = comparison_view(record)
+        run = await RunService(self._ctx).report(record)
+        if run is not None:  # once a runner has taken the group
+            view["run"] = run
+        return view
 
     async def listing(self, principal: Principal, team: str | None, suite_id: str | None) -> list[dict[str, Any]]:
         records = await self._ctx.store.list_comparisons(teams=visible(principal, team), suite_id=suite_id)

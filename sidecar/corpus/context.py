@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterable, Callable, Protocol
 
 from sidecar.ingest.wire import Exchange
-from sidecar.store.base import CorpusStore, PostureStore
+from sidecar.store.base import CorpusRunStore, CorpusStore, PostureStore
 from sidecar.trials import Resolved, TrialDefaults
 
 
-class CorpusBackend(CorpusStore, PostureStore, Protocol):
+class CorpusBackend(CorpusStore, CorpusRunStore, PostureStore, Protocol):
     """The store as the corpus services use it."""
 
 
@@ -32,6 +32,8 @@ class CorpusContext:
     defaults: TrialDefaults
     default_retention: Callable[[str], bool]
     retained: RetainedSource | None = None
+    #: Called after a change the runner should see at once (a retry queued); None: it polls.
+    on_change: Callable[[], None] | None = None
 
     @classmethod
     def from_runtime(cls, rt: Any, *, retained: RetainedSource | None = None) -> CorpusContext:

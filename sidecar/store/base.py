@@ -29,8 +29,9 @@ passed at any moment, whatever the interleaving of processes.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
+from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 from sidecar.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
@@ -411,6 +412,82 @@ class CorpusStore(Protocol):
         ...
 
 
+class CorpusRunStore(Protocol):
+    """Running comparison groups (issue 13, items 3-4; rows in
+    :mod:`sidecar.store.corpus_run_records`). Each method is one transaction. The group's
+    spend is a trial's: a claim reserves its worst case with one conditional update
+    (``spent + reserved + amount <= cap``) in the transaction that writes the claim, and
+    settling never charges more than was reserved, so the cap is never passed."""
+
+    async def begin_run(self, comparison_id: str, *, cap_micros: int, now: float) -> RunRecord | None:
+        """Create the group's ledger (once; a second call keeps the first) and move an
+        ``admitted`` group to ``running``; None for an unknown group."""
+        ...
+
+    async def get_run(self, comparison_id: str) -> RunRecord | None: ...
+
+    async def runnable_comparisons(self) -> list[ComparisonRecord]:
+        """Groups ``admitted`` or ``running``, oldest first."""
+        ...
+
+    async def set_comparison_status(self, comparison_id: str, status: str, *, allowed_from: Sequence[str],
+                                    now: float, final: bool) -> bool:
+        """Conditional: a group in one of ``allowed_from`` moves to ``status`` (its run ended
+        now when ``final``)."""
+        ...
+
+    async def cancel_arm(self, comparison_id: str, arm: str) -> bool:
+        """Add ``arm`` to the run's cancelled arms; False when the group has no run."""
+        ...
+
+    async def claim_attempt(self, attempt: AttemptRecord) -> str:
+        """Claim ``attempt`` (status ``claimed``, its ``reserved_micros`` reserved): a new identity
+        is inserted, a ``queued`` retry of it is taken. ``claimed``; ``exists`` (nothing written:
+        the identity was claimed before, in this life or another); ``cap`` (nothing written:
+        the reservation does not fit)."""
+        ...
+
+    async def top_up(self, comparison_id: str, attempt_id: str, amount: int) -> bool:
+        """Reserve ``amount`` more for a claimed attempt; False (nothing written) when it does
+        not fit or the attempt is not claimed any more."""
+        ...
+
+    async def finish_attempt(self, attempt: AttemptRecord, *, charge_micros: int,
+                             scores: Sequence[ScoreRecord]) -> bool:
+        """Only if the attempt is still ``claimed``: write its outcome (status, latency, cost,
+        answer, error), release its reservation and charge at most what it reserved, and
+        insert ``scores``. False (nothing written) otherwise."""
+        ...
+
+    async def claim_judgment(self, score: ScoreRecord) -> str:
+        """Insert a ``pending`` paired judgment with its reservation: ``claimed``, ``exists``, ``cap``."""
+        ...
+
+    async def finish_judgment(self, score: ScoreRecord, *, charge_micros: int) -> bool:
+        """Only if the judgment is still ``pending``: write its outcome and settle it."""
+        ...
+
+    async def refresh_claims(self, owner: str, *, lease_until: float) -> None:
+        """Extend the lease of ``owner``'s claimed attempts and pending judgments."""
+        ...
+
+    async def expire_claims(self, *, now: float) -> int:
+        """Claims whose lease ended before ``now`` become ``invocation_indeterminate``: cost
+        unknown, their reservation held as spent (their fate is unknown). How many."""
+        ...
+
+    async def queue_retry(self, attempt_id: str, *, new: Callable[[AttemptRecord], AttemptRecord]
+                          ) -> tuple[str, AttemptRecord | None]:
+        """An explicit linked retry of a ``failed`` or ``invocation_indeterminate`` attempt:
+        ``queued`` (``new(original)`` inserted; a completed group runs again), ``existing``
+        (it was retried already: that retry), ``missing``, ``not_retryable``, ``superseded``."""
+        ...
+
+    async def run_attempts(self, comparison_id: str) -> list[AttemptRecord]: ...
+
+    async def run_scores(self, comparison_id: str) -> list[ScoreRecord]: ...
+
+
 class WatchStore(Protocol):
     """Promotion, watches and alerts (DESIGN.md section 10; records in
     :mod:`sidecar.store.watch_records`). A watch is born only in :meth:`promote`. The
@@ -485,7 +562,7 @@ class WatchStore(Protocol):
 
 class Store(
     TrialStore, CaseLedger, PostureStore, FunnelStore, ReadModel, OutboxDelivery, CollectedStore, RetentionStore,
-    CorpusStore, WatchStore, Protocol,
+    CorpusStore, CorpusRunStore, WatchStore, Protocol,
 ):
     """Everything one process needs; opened and closed by the app's lifecycle.
 

@@ -36,6 +36,7 @@ import asyncpg
 
 from policies.paired import paired_figures
 from sidecar.store.corpus_pg import PostgresCorpus
+from sidecar.store.corpus_runs_pg import PostgresCorpusRuns
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
@@ -82,7 +83,7 @@ def _trial(row: Any) -> TrialRecord:
     return TrialRecord(**{k: row[k] for k in _TRIAL_FIELDS})
 
 
-class PostgresStore(PostgresCorpus, PostgresWatches):
+class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches):
     """The :class:`sidecar.store.base.Store` over one PostgreSQL database.
 
     Several instances — in one process or many — may share the database; that

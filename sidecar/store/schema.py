@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from sidecar.store import corpus_schema
+from sidecar.store import corpus_runs_schema, corpus_schema
 
 
 def statements(script: str) -> Iterator[str]:
@@ -322,4 +322,7 @@ MIGRATIONS: tuple[str, ...] = (
         delivered_at REAL
     );
     """,
+    # 13: running comparison groups (issue 13, items 3-4): the group's spend ledger,
+    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
+    corpus_runs_schema.SQLITE,
 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sidecar.store import corpus_schema
+from sidecar.store import corpus_runs_schema, corpus_schema
 
 #: The pg_advisory_xact_lock key that serialises migrations: a fixed bigint owned by shadowtrial.
 MIGRATION_LOCK = 0x5F3C_2A91_7D0E_4B6C
@@ -308,6 +308,9 @@ MIGRATIONS: tuple[str, ...] = (
         delivered_at DOUBLE PRECISION
     );
     """,
+    # 12: running comparison groups (issue 13, items 3-4): the group's spend ledger,
+    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
+    corpus_runs_schema.POSTGRES,
 )
 
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
+from sidecar.store.corpus_runs_sqlite import SQLiteCorpusRuns
 from sidecar.store.corpus_sqlite import SQLiteCorpus
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
@@ -55,7 +56,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
     return TrialRecord(**values)
 
 
-class SQLiteStore(SQLiteCorpus, SQLiteWatches):
+class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches):
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
     def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:

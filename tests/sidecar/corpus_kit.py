@@ -38,6 +38,7 @@ class CorpusKit:
             "model-a": Resolved("fake", "upstream-a", Price(1_000_000, 2_000_000)),
             "model-b": Resolved("fake", "upstream-b", Price(3_000_000, 6_000_000)),
             "free-model": Resolved("fake", "upstream-free", None),
+            "judge-1": Resolved("fake", "upstream-judge", Price(1_000_000, 4_000_000)),  # the suites' judge: priced
         }
         self.store: Store | None = None
         self._runner: web.AppRunner | None = None
