@@ -32,6 +32,7 @@ Routes (``prefix`` = ``/v1``)::
     POST /v1/evaluations/comparisons                   an A/B comparison (sidecar/corpus/ab.py)
     GET  /v1/evaluations/comparisons                   ?suite_id= (200 most recent)
     GET  /v1/evaluations/comparisons/{id}              both run ids, per-metric rows, verdict
+    GET  /v1/evaluations/evidence                      ?baseline=GROUP:ARM&candidate=GROUP:ARM (item 5)
 
 An import's body is the file itself with ``?team=&name=&format=jsonl|csv`` (the format may
 come from the content type instead: ``text/csv``, ``application/x-ndjson``,
@@ -54,6 +55,7 @@ from sidecar.api.principal import principal_of
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier
 from sidecar.corpus.comparisons import ComparisonIn, ComparisonService
+from sidecar.corpus.evidence import EvidenceService
 from sidecar.corpus.ab import ABService
 from sidecar.corpus.context import CorpusContext
 from sidecar.corpus.run_service import RetryIn, RunService
@@ -79,6 +81,7 @@ class Services:
         self.comparisons = ComparisonService(ctx, self.suites)
         self.runs = RunService(ctx)
         self.ab = ABService(ctx)
+        self.evidence = EvidenceService(ctx)
 
 
 CORPUS: web.AppKey[Services] = web.AppKey("corpus", Services)
@@ -322,6 +325,11 @@ async def create_ab(request: web.Request) -> web.Response:
     return _json(view, 201 if created else 200)
 
 
+async def compare_evidence_route(request: web.Request) -> web.Response:
+    q = request.query
+    return _json(await _svc(request).evidence.compare(principal_of(request), q.get("baseline"), q.get("candidate")))
+
+
 async def list_ab(request: web.Request) -> web.Response:
     query = _query(request, ("suite_id",))
     return _json({"comparisons": await _svc(request).ab.listing(principal_of(request), query.get("suite_id"))})
@@ -360,6 +368,7 @@ def corpus_routes(prefix: str = "/v1") -> list[tuple[str, str, Handler]]:
         ("POST", f"{p}/evaluations/comparisons", create_ab),
         ("GET", f"{p}/evaluations/comparisons", list_ab),
         ("GET", f"{p}/evaluations/comparisons/{{comparison_id}}", get_ab),
+        ("GET", f"{p}/evaluations/evidence", compare_evidence_route),
     ]
 
 
