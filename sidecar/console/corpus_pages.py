@@ -16,8 +16,8 @@ corpus API (:mod:`sidecar.corpus.api`) calls, with the request's principal.
   Created; the 200 most recent), its suite filter, the empty state, a detail side panel
   with the metric rows, the *New comparison* panel with JSON fields (the API's
   ``comparison_invalid`` field named on error), and *Retry* when the read fails. The rows
-  come from one function, :func:`comparison_rows`, over comparison groups
-  (``/v1/comparisons``): switching the table to A/B evaluations is that function alone.
+  and the panel are the A/B comparisons API's (``/v1/evaluations/comparisons``): both
+  sides, the delta, the comparator and the threshold per metric, and the verdict.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgspec
 from aiohttp import web
@@ -41,8 +41,7 @@ from sidecar.console.app import (
 )
 from sidecar.console.session import Sessions
 from sidecar.corpus.api import Services
-from sidecar.corpus.comparisons import ComparisonIn
-from sidecar.corpus.datasets import SeedIn, decode
+from sidecar.corpus.datasets import SeedIn
 from sidecar.corpus.items import FORMATS
 from sidecar.errors import ApiError, BadRequest
 from sidecar.ingest.wire import encode, split_path
@@ -209,11 +208,15 @@ def item_text(messages: Sequence[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class MetricRow:
+    """One metric row of an A/B comparison: both sides, the delta, how it is read and its threshold."""
+
     name: str
     kind: str
-    direction: str
-    primary: bool
-    result: str
+    baseline: str
+    candidate: str
+    delta: str
+    comparator: str
+    threshold: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,29 +237,33 @@ class ComparisonRow:
     facts: tuple[tuple[str, str], ...]
 
 
+def _side(side: Mapping[str, Any]) -> str:
+    version = side.get("version")
+    return f"{side.get('type')} {side.get('ref')}" + (f" @{version}" if version else "")
+
+
+def _figure(value: Any) -> str:
+    return "—" if value is None else f"{float(value):.4g}"
+
+
 async def comparison_rows(services: Services, p: Principal, suite_id: str | None,
                           suites: dict[str, dict[str, Any]]) -> list[ComparisonRow]:
-    """The table's rows, newest first, at most 200 (the store's limit).
-
-    Today they are comparison groups (``GET /v1/comparisons``): the first arm is the
-    baseline, the second the candidate; a group is admitted but not run, so its verdict
-    and metric results are not there yet and say so. When ``/v1/evaluations/comparisons``
-    lands, map its items here instead; nothing else changes."""
+    """The table's rows: the A/B comparisons (``GET /v1/evaluations/comparisons``, the 200 most
+    recent, newest first), each with its metric rows and verdict (``GET …/{id}``)."""
     rows = []
-    for c in await services.comparisons.listing(p, None, suite_id):
+    for listed in await services.ab.listing(p, suite_id):
+        c = await services.ab.get(p, listed["id"])
         suite = suites.get(c["suite_id"], {})
-        arms = c["arms"]
-        metrics = tuple(
-            MetricRow(m["name"], m["kind"], m["direction"], m["name"] == c["primary_metric"], "not run yet")
-            for m in suite.get("metrics", []))
-        facts = (("Status", c["status"]), ("Repetitions", str(c["repetitions"])),
-                 ("Planned invocations", f"{c['planned_total']:,}"),
-                 ("Arms", "; ".join(f"{a['name']}: {a['model']}" for a in arms)),
-                 ("Differences beyond the model", ", ".join(str(d) for d in c["differences"]) or "none"))
+        metrics = tuple(MetricRow(m["metric"], m["kind"], _figure(m["baseline"]), _figure(m["candidate"]),
+                                  _figure(m["delta"]), m["comparator"].replace("_", " "), _figure(m["threshold"]))
+                        for m in c.get("metrics", []))
+        verdict = c.get("verdict")
+        facts = (("Status", str(c["status"]).replace("_", " ")), ("Tolerance", f"{c['tolerance']:g}"),
+                 ("Runs", f"{c['baseline_run_id']}, {c['candidate_run_id']}"))
         rows.append(ComparisonRow(
-            c["id"], c["team"], c["suite_id"], str(suite.get("name", c["suite_id"])),
-            arms[0]["model"] if arms else "", arms[1]["model"] if len(arms) > 1 else "",
-            "Not run yet" if c["status"] == "admitted" else str(c["status"]).replace("_", " ").capitalize(),
+            c["id"], c["team"], c["suite_id"], str(suite.get("name", c["suite_id"])), _side(c["baseline"]),
+            _side(c["candidate"]),
+            str(verdict).replace("_", " ").capitalize() if verdict else "Running",
             c["status"], c["created_at"], c["created_by"], metrics, facts))
     return rows
 
@@ -288,34 +295,32 @@ async def comparisons_page(request: web.Request, *, error: ApiError | None = Non
                   retry=request.path_qs, show_new=error is not None or request.query.get("new") == "1")
 
 
-def comparison_body(fields: dict[str, str]) -> ComparisonIn:
-    """The start's body from the panel's fields; the arms are JSON."""
-    try:
-        arms = json.loads(fields.get("arms", "") or "null")
-    except ValueError as exc:
-        raise BadRequest(f"arms is not JSON: {exc}", field="$.arms") from None
-    body: dict[str, Any] = {"suite_id": fields.get("suite_id", "").strip(), "arms": arms,
-                            "primary_metric": fields.get("primary_metric", "").strip()}
-    reps = fields.get("repetitions", "").strip()
-    if reps:
+def comparison_body(fields: dict[str, str]) -> dict[str, Any]:
+    """The A/B request from the panel's fields: the sides and outputs are JSON, as the API takes them."""
+    body: dict[str, Any] = {"suite_id": fields.get("suite_id", "").strip()}
+    for name in ("baseline", "candidate", "outputs"):
+        text = fields.get(name, "").strip()
+        if not text:
+            continue
         try:
-            body["repetitions"] = int(reps)
+            body[name] = json.loads(text)
+        except ValueError as exc:
+            raise BadRequest(f"{name} is not JSON: {exc}", field=f"$.{name}") from None
+    tolerance = fields.get("tolerance", "").strip()
+    if tolerance:
+        try:
+            body["tolerance"] = float(tolerance)
         except ValueError:
-            body["repetitions"] = reps  # the decoder names it
-    decoded: ComparisonIn = decode(encode(body), ComparisonIn)
-    return decoded
+            body["tolerance"] = tolerance  # the API names it
+    return body
 
 
 async def create_comparison(request: web.Request) -> web.Response:
-    """Readiness, then the start with its token and the form's Idempotency-Key (as the API)."""
+    """``POST /v1/evaluations/comparisons`` from the panel, with the form's request key (as the API)."""
     fields = form(request)
-    services = _svc(request)
-    p = principal(request)
     try:
-        body = comparison_body(fields)
-        answer = await services.comparisons.readiness(p, body)
-        ready = msgspec.structs.replace(body, readiness_token=answer["readiness_token"])
-        view, _created = await services.comparisons.start(p, ready, fields.get("request_key") or secrets.token_urlsafe(16))
+        view, _created = await _svc(request).ab.create(principal(request), comparison_body(fields),
+                                                       fields.get("request_key") or None)
     except IdempotencyConflict:
         return await comparisons_page(request, values=dict(fields, request_key=""), status=409, error=BadRequest(
             "this form was already submitted with other values; check them and submit again"))

@@ -96,9 +96,12 @@ def _missing(comparison_id: str) -> str:
 def comparison_view(c: ComparisonRecord) -> dict[str, Any]:
     spec = msgspec.json.decode(c.spec)
     readiness = msgspec.json.decode(c.readiness)
+    # An A/B comparison (sidecar.corpus.ab) is a group too, with a readiness of its own shape.
     return {"id": c.id, "team": c.team, "suite_id": c.suite_id, "evidence": "corpus", "status": c.status,
-            "repetitions": spec["repetitions"], "primary_metric": spec["primary_metric"],
-            "arms": readiness["arms"], "differences": readiness["differences"], "planned": readiness["planned"],
+            "kind": "ab" if "ab" in spec else "group",
+            "repetitions": spec.get("repetitions", 1), "primary_metric": spec.get("primary_metric"),
+            "arms": readiness["arms"], "differences": readiness.get("differences", []),
+            "planned": readiness.get("planned"),
             "planned_total": c.planned_total, "readiness_token": c.readiness_token,
             "created_at": c.created_at, "created_by": c.created_by}
 

@@ -4,7 +4,7 @@ The collector runs with a config (its ``[auth]`` the admin API's JWTs), which mo
 console's corpus pages at ``/console/``. A writer imports a dataset from a file (the
 upload reports progress; a refused file names its line), reads its versions and items
 (as text), sees seeding from traffic offered or unavailable with each team's reason, and creates a
-comparison in the *New comparison* panel (the API's ``comparison_invalid`` field named
+comparison (the A/B API's, over given answers) in the *New comparison* panel (the API's ``comparison_invalid`` field named
 first); the detail side panel opens from the keyboard, Escape closes it and focus
 returns to the row. A viewer sees no write control and a forged write is refused.
 """
@@ -97,14 +97,20 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         await expect(page.locator("#datasets tbody tr")).to_have_count(1)
         await screenshot(page, "datasets")
 
-        # A suite over the dataset, through the corpus API (the console has no suite screen).
+        # A suite over the dataset, through the corpus API (the console has no suite screen), and the
+        # answers the two sides gave (scored as given: no model is called for an A/B over outputs).
         async with httpx.AsyncClient(base_url=server.url) as client:
             r = await client.post("/v1/suites", headers={"Authorization": f"Bearer {writer}"}, json={
                 "name": "hard-suite", "dataset_id": dataset_id, "dataset_version": 1,
-                "metrics": [{"name": "pref", "kind": "paired_judge"},
-                            {"name": "exact", "kind": "grader", "grader": {"type": "exact_match"}}]})
+                "metrics": [{"name": "exact", "kind": "grader", "grader": {"type": "exact_match"}}]})
             assert r.status_code == 201, r.text
             suite_id = r.json()["id"]
+            items = (await client.get(f"/v1/datasets/{dataset_id}/versions/1/items", params={"limit": 100},
+                                      headers={"Authorization": f"Bearer {writer}"})).json()["items"]
+        outputs = json.dumps({"baseline": {i["id"]: "not it" for i in items},
+                              "candidate": {i["id"]: i["expected"] or "" for i in items}})
+        baseline = json.dumps({"type": "prompt", "ref": "support-prompt", "version": "1"})
+        candidate = json.dumps({"type": "prompt", "ref": "support-prompt", "version": "2"})
 
         await page.get_by_role("link", name="Comparisons").click()
         await expect(page.locator("#empty")).to_contain_text("No comparison")
@@ -113,22 +119,30 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         panel = page.locator("#new-panel")
         await expect(panel).to_be_visible()
         await screenshot(page, "comparison-new")
-        arms = json.dumps([{"name": "today", "model": INCUMBENT}, {"name": "next", "model": CANDIDATE}])
-        await page.get_by_label("Primary metric").fill("nope")
-        await page.get_by_label("Arms").fill(arms)
-        await page.get_by_role("button", name="Check readiness and start").click()
+        await page.locator("#n-baseline").fill(baseline)
+        await page.locator("#n-candidate").fill(candidate)
+        await page.get_by_label("Tolerance").fill("1.5")
+        await page.get_by_label("Outputs").fill(outputs)
+        await page.get_by_role("button", name="Start the comparison").click()
         await expect(page.locator("#comparison-error")).to_contain_text("comparison_invalid")
-        await expect(page.locator("#error-field")).to_have_text("$.primary_metric")
-        await expect(page.get_by_label("Primary metric")).to_have_attribute("aria-invalid", "true")
-        await expect(page.get_by_label("Arms")).to_have_value(arms)
-        await page.get_by_label("Primary metric").fill("exact")
-        await page.get_by_role("button", name="Check readiness and start").click()
-        await expect(page).to_have_url(re.compile(r"/console/comparisons\?open=cg_[0-9a-f]+$"))
+        await expect(page.locator("#error-field")).to_have_text("$.tolerance")
+        await expect(page.get_by_label("Tolerance")).to_have_attribute("aria-invalid", "true")
+        await expect(page.locator("#n-baseline")).to_have_value(baseline)
+        await page.get_by_label("Tolerance").fill("0.05")
+        await page.get_by_role("button", name="Start the comparison").click()
+        await expect(page).to_have_url(re.compile(r"/console/comparisons\?open=cmp_[0-9a-f]+$"))
         comparison_id = page.url.rsplit("=", 1)[1]
         detail = page.locator(f"#panel-{comparison_id}")
         await expect(detail).to_be_visible()
-        await expect(detail.locator("table.metrics tbody tr")).to_have_count(2)
-        await expect(detail).to_contain_text("primary")
+        await expect(detail.locator("table.metrics thead th")).to_have_text(
+            ["Metric", "Baseline", "Candidate", "Delta", "Comparator", "Threshold"])
+        await expect(detail.locator("table.metrics tbody tr")).to_have_count(1)
+        for _ in range(50):  # the run scores the given answers; the page shows it once reloaded
+            if "Candidate better" in (await detail.inner_text()):
+                break
+            await page.reload()
+            detail = page.locator(f"#panel-{comparison_id}")
+        await expect(detail).to_contain_text("Candidate better")
         await screenshot(page, "comparison-detail")
         await page.keyboard.press("Escape")
         await expect(detail).to_be_hidden()
@@ -146,7 +160,7 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         await expect(table.locator("tbody tr")).to_have_count(1)
         await expect(table.locator("thead th")).to_have_text(["Id", "Suite", "Baseline", "Candidate", "Verdict",
                                                                "Created"])
-        await expect(table.locator("tbody tr").first).to_contain_text(INCUMBENT)
+        await expect(table.locator("tbody tr").first).to_contain_text("prompt support-prompt @2")
         await page.locator("#flt-suite").select_option(label="hard-suite (team-a)")
         await page.get_by_role("button", name="Filter").click()
         await expect(table.locator("tbody tr")).to_have_count(1)
@@ -164,10 +178,11 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         await screenshot(viewer, "viewer-comparisons")
         csrf = await viewer.locator("form[action='/console/logout'] input[name=csrf]").input_value()
         forged = await viewer.request.post("/console/comparisons", form={
-            "csrf": csrf, "suite_id": suite_id, "primary_metric": "exact", "arms": arms, "request_key": "k-1"})
+            "csrf": csrf, "suite_id": suite_id, "baseline": baseline, "candidate": candidate, "outputs": outputs,
+            "request_key": "k-1"})
         text = await forged.text()
         assert forged.status == 403 and "forbidden" in text and "not change them" in text
-        no_token = await viewer.request.post("/console/comparisons", form={"primary_metric": "exact"})
+        no_token = await viewer.request.post("/console/comparisons", form={"tolerance": "0.1"})
         assert no_token.status == 403 and "csrf_failed" in await no_token.text()
         upload = await viewer.request.post("/console/datasets", multipart={
             "csrf": csrf, "team": "team-a", "name": "sneaky",
@@ -176,8 +191,12 @@ async def test_import_a_dataset_and_create_a_comparison(control_plane: tuple[Col
         async with httpx.AsyncClient(base_url=server.url) as client:
             listed = await client.get("/v1/datasets", headers={"Authorization": f"Bearer {writer}"})
             assert [d["name"] for d in listed.json()["datasets"]] == ["hard-cases"]
+            # An A/B comparison is a group too: the groups' list and view read it (a 500 before).
             groups = await client.get("/v1/comparisons", headers={"Authorization": f"Bearer {writer}"})
-            assert [g["id"] for g in groups.json()["comparisons"]] == [comparison_id]
+            assert groups.status_code == 200, groups.text
+            assert [(g["id"], g["kind"]) for g in groups.json()["comparisons"]] == [(comparison_id, "ab")]
+            one = await client.get(f"/v1/comparisons/{comparison_id}", headers={"Authorization": f"Bearer {writer}"})
+            assert one.status_code == 200, one.text
         pages.check_local()
     finally:
         await pages.close()
