@@ -205,7 +205,10 @@ def body_of(items: list[dict[str, Any]], shape: str, broken: str) -> tuple[bytes
     else:
         body = encode(items)
     if broken == "truncate":
-        body = body[: len(body) // 2]
+        cut = len(body) // 2
+        while cut > 1 and b"\n" in body[cut - 1:cut + 1]:
+            cut -= 1  # cut at a line's end, NDJSON stays valid: the tap rightly takes the lines before
+        body = body[:cut]
     elif broken == "garbage":
         body = b"\x00\x01{[" + body[::7]
     elif broken == "empty":
