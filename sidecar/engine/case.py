@@ -41,6 +41,7 @@ from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upp
 from policies import spend
 from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.reservation import CasePlan, judge_worst_case, plan_case
+from sidecar.retention.seal import Sealer, seal_case_bodies
 from sidecar.engine.subjects import FinishHook, Subject
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.wire import Exchange
@@ -137,7 +138,10 @@ class CaseRunner:
         tally: Tally | None = None,
         tracer: Tracer | None = None,
         sample_ratio: float = 1.0,
+        sealer: Sealer | None = None,
     ) -> None:
+        #: Seals the bodies a retention-on case keeps (the retention key); None: kept as JSON text.
+        self.sealer = sealer
         #: Asked right before each dispatch: None, or why the subject may no longer spend
         #: (the engine pauses the trial; the case is shed, its reservation released).
         self.authorise = authorise
@@ -413,6 +417,8 @@ class CaseRunner:
             bodies = json.dumps(
                 {"messages": conversation, "incumbent": incumbent_answer, "candidate": candidate_answer}, ensure_ascii=False
             )
+            if self.sealer is not None:  # with the retention key, kept bodies are sealed at rest
+                bodies = seal_case_bodies(self.sealer, bodies, team=subject.record.team, case_id=case.case_id)
         _, judge_cost, _, _, _ = spend.total(judge_charges)
         valid = [pj.score for pj, _ in judgments if pj.outcome == "verdict" and pj.score is not None]
         common: dict[str, Any] = dict(

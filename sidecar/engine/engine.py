@@ -38,6 +38,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence, TypeV
 
 from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
+from sidecar.retention.seal import Sealer
 from sidecar.auth.revocations import Revocations
 from sidecar.fold import fold_trial
 from sidecar.engine.handoff import Handoff
@@ -96,6 +97,8 @@ class EngineSettings:
     uplink_stale_seconds: float = 300.0
     #: Write the uplink's ``case_result`` of each case recovery finishes (``[uplink]`` set).
     report_recovered: bool = False
+    #: The retention key (``retention.key_env``): a retention-on case's kept bodies are sealed with it.
+    retention_key: bytes | None = None
 
 
 #: How often pending funnel counts are written to the store.
@@ -204,6 +207,7 @@ class Engine:
         s = self.settings
         self._revocations = Revocations(self.revoked_subjects_file)
         self._runner = CaseRunner(
+            sealer=None if s.retention_key is None else Sealer(s.retention_key),
             store=self._store,
             owner=self.owner,
             funnel=self.funnel,

@@ -99,4 +99,5 @@ def engine_settings(config: Config, *, flush_funnel: bool = False) -> EngineSett
         posture_teams=tuple((team, t.prompt_retention) for team, t in sorted(config.teams.items())),
         uplink_stale_seconds=config.uplink.stale_seconds,
         report_recovered=config.uplink.enabled,
+        retention_key=config.secrets.retention_key,
     )

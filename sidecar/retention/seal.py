@@ -4,10 +4,13 @@ Each exchange is sealed on its own with a fresh 96-bit random nonce, and the tea
 exchange id as associated data, so a sealed body moved to another row fails to open
 instead of being read as that row's. The key is ``retention.key_env``'s value, read once
 by :func:`sidecar.config.load_config`; the store only ever holds ``nonce || ciphertext``.
+The bodies a retention-on trial keeps with each judged case are sealed the same way
+(:func:`seal_case_bodies`), under the team and the case id.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 
 from cryptography.exceptions import InvalidTag
@@ -46,3 +49,21 @@ class Sealer:
 
 def _aad(team: str, exchange_id: str) -> bytes:
     return team.encode() + b"\x1f" + exchange_id.encode()
+
+
+#: How a case's kept bodies (``cases.bodies_json``, a text column) start when sealed.
+SEALED_PREFIX = "sealed:"
+
+
+def seal_case_bodies(sealer: Sealer, text: str, *, team: str, case_id: str) -> str:
+    """A case's kept bodies (their JSON text), sealed under the team and the case id, as text."""
+    sealed = sealer.seal(text.encode(), team=team, exchange_id=f"case:{case_id}")
+    return SEALED_PREFIX + base64.b64encode(sealed).decode()
+
+
+def open_case_bodies(sealer: Sealer, stored: str, *, team: str, case_id: str) -> str:
+    """The JSON text :func:`seal_case_bodies` sealed. Raises :class:`UnsealError`."""
+    if not stored.startswith(SEALED_PREFIX):
+        raise UnsealError("not a sealed case body")
+    raw = base64.b64decode(stored[len(SEALED_PREFIX):])
+    return sealer.open(raw, team=team, exchange_id=f"case:{case_id}").decode()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import os
+import sqlite3
 from pathlib import Path
 
-from sidecar.retention.seal import Sealer, UnsealError
+from sidecar.retention.seal import SEALED_PREFIX, Sealer, UnsealError, open_case_bodies
 from sidecar.retention.window import open_exchange
 from sidecar.store.records import RetainedSelection
 from tests.harness import Harness, exchange
@@ -132,3 +133,32 @@ def test_served_at_is_read_in_utc_and_falls_back_to_the_time_kept() -> None:
     assert served_epoch(ex("1970-01-01T01:01:00+01:00"), 5.0) == 60.0
     assert served_epoch(ex("1970-01-01T00:01:00"), 5.0) == 60.0  # no offset: UTC
     assert served_epoch(ex("yesterday"), 5.0) == 5.0 and served_epoch(ex(None), 5.0) == 5.0
+
+
+async def test_a_judged_cases_kept_bodies_are_sealed_too(tmp_path: Path) -> None:
+    """With the retention key set, the bodies a retention-on trial keeps with each judged case
+    are sealed like the window's: the store files hold no canary while cases are judged."""
+    key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    async with Harness(tmp_path, **window(key=key)) as h:
+        t = await h.create_trial()
+        await h.send([canary_exchange(i) for i in range(30)])
+        view = await h.settle(t["id"], 30)
+        await h.runtime.retention.idle()
+        kept = await _kept_bodies(h, t["id"])
+        files = [p for p in tmp_path.rglob("*") if p.is_file() and "trials.db" in p.name]
+        stored = b"".join(p.read_bytes() for p in files)
+    assert view["funnel"]["outcomes"]["judged"] > 0 and kept, "judged cases kept their bodies"
+    assert CANARY.encode() not in stored, "a case's kept bodies were stored in plain text"
+    case_id, exchange_id, text = kept[0]
+    assert text.startswith(SEALED_PREFIX)
+    opened = open_case_bodies(Sealer(base64.urlsafe_b64decode(key)), text, team="team-a", case_id=case_id)
+    assert CANARY in opened and exchange_id
+
+
+async def _kept_bodies(h: Harness, trial_id: str) -> list[tuple[str, str, str]]:
+    conn = sqlite3.connect(h.runtime.config.store.location)
+    try:
+        return [(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT id, exchange_id, bodies_json FROM cases WHERE trial_id = ? AND bodies_json IS NOT NULL", (trial_id,))]
+    finally:
+        conn.close()
