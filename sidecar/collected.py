@@ -25,7 +25,6 @@ from sidecar.api.views import spend_view
 from sidecar.control_plane import ControlPlane
 from sidecar.fold import fold_trial
 from sidecar.store.base import Store
-from sidecar.store.records import Collected
 from sidecar.trial_spec import record_of
 from uplink.collector_store import Held
 from uplink.schema import TrialSpec
@@ -80,11 +79,7 @@ class CollectedRecords:
         self._clock = clock
 
     async def put(self, records: Sequence[Held]) -> list[str]:
-        stored = await self.store.put_collected([
-            Collected(id=h.id, kind=h.kind, sidecar_id=h.sidecar_id, body=h.body, received_at=h.received_at,
-                      team=h.team, trial_id=h.trial_id, revision=h.revision, exchange_id=h.exchange_id)
-            for h in records
-        ])
+        stored = await self.store.put_collected(records)
         # Applied for every spec of the batch, held before or not: a batch whose apply failed after
         # its records were stored is sent again, and applying the latest spec is idempotent.
         specs = sorted({h.trial_id for h in records if h.kind == "trial_spec" and h.trial_id})

@@ -42,7 +42,6 @@ from sidecar.store.corpus_records import (
 )
 from sidecar.store.records import (
     CaseFinish,
-    Collected,
     CaseStart,
     ClaimOutcome,
     KeptState,
@@ -60,6 +59,7 @@ from sidecar.store.records import (
     TrialSnapshot,
 )
 from sidecar.store.watch_records import AlertRow, AlertTransition, PromoteResult, PromotionRecord, WatchRecord
+from uplink.collector_store import Held
 
 
 class TrialStore(Protocol):
@@ -278,7 +278,7 @@ class CollectedStore(Protocol):
     """What a collector holds of the uplink (``shadowtrial collector``, :mod:`sidecar.collected`):
     each record once by id, as it came, and the exchanges its engine has still to run."""
 
-    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+    async def put_collected(self, records: Sequence[Held]) -> list[str]:
         """Keep each record unless its id is held already (the first copy wins), in one
         transaction; the ids stored now."""
         ...

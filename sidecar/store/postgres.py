@@ -41,7 +41,6 @@ from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
-    Collected,
     CaseStart,
     ClaimOutcome,
     GatewayReport,
@@ -62,6 +61,7 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema_pg import migrate
 from sidecar.store.watch_pg import PostgresWatches, apply_effects
+from uplink.collector_store import Held
 
 T = TypeVar("T")
 Conn = Any  # asyncpg.Connection; asyncpg ships no type information
@@ -577,7 +577,7 @@ class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches):
 
     # -- a collector's records (sidecar.store.base.CollectedStore) --------------
 
-    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+    async def put_collected(self, records: Sequence[Held]) -> list[str]:
         async def fn(conn: Conn) -> list[str]:
             stored: list[str] = []
             for r in records:

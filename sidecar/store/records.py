@@ -223,24 +223,6 @@ Effect = OutboxRecord | WatchStep
 
 
 @dataclass(frozen=True, slots=True)
-class Collected:
-    """An uplink record as a collector keeps it (``body``: the record's JSON as it came).
-
-    ``exchange_id`` is set for ``exchange`` records (the collector runs them as cases),
-    ``revision`` for kinds whose latest revision wins (``trial_state``, ``trial_spec``)."""
-
-    id: str
-    kind: str
-    sidecar_id: str
-    body: bytes
-    received_at: float
-    team: str | None = None
-    trial_id: str | None = None
-    revision: int | None = None
-    exchange_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class ReserveResult:
     """What a conditional reservation did, and the figures it was decided on.
 

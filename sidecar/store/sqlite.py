@@ -23,7 +23,6 @@ from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
     CaseFinish,
-    Collected,
     ended_outcome,
     CaseStart,
     ClaimOutcome,
@@ -44,6 +43,7 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema import MIGRATIONS, statements
 from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
+from uplink.collector_store import Held
 
 T = TypeVar("T")
 
@@ -595,7 +595,7 @@ class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches):
 
     # -- a collector's records (sidecar.store.base.CollectedStore) --------------
 
-    async def put_collected(self, records: Sequence[Collected]) -> list[str]:
+    async def put_collected(self, records: Sequence[Held]) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
             stored: list[str] = []
             for r in records:

@@ -25,7 +25,7 @@ from sidecar.collector_server import CollectorServer
 from sidecar.config import load_config
 from tests.console.conftest import Pages, screenshot
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, write_config
-from sidecar.store.records import Collected
+from uplink.collector_store import Held
 from tests.store.factories import trial
 from tests.uplink.kit import UplinkKit
 from uplink.schema import ExchangeRecord, encode_record
@@ -245,7 +245,7 @@ async def test_seed_a_dataset_from_the_traffic_the_control_plane_holds(
     assert server.store is not None
     await server.store.create_trial(trial("cp-a", team="team-a", execution_site="control_plane"))
     await server.store.put_collected([
-        Collected(id=f"exchange:cp-a:ex-{i}", kind="exchange", sidecar_id="gw-1/s", team="team-a", trial_id="cp-a",
+        Held(id=f"exchange:cp-a:ex-{i}", kind="exchange", sidecar_id="gw-1/s", team="team-a", trial_id="cp-a",
                   exchange_id=f"ex-{i}", revision=None, body=encode_record(ExchangeRecord(
                       id=f"exchange:cp-a:ex-{i}", trial_id="cp-a", team="team-a", exchange_id=f"ex-{i}",
                       gateway="gw-1", model=INCUMBENT,

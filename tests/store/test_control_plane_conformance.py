@@ -5,7 +5,7 @@ trial's creation and status changes, and the collector's records (``CollectedSto
 from __future__ import annotations
 
 from sidecar.store import Store
-from sidecar.store.records import Collected
+from uplink.collector_store import Held
 from tests.store.factories import effect, start, trial
 
 
@@ -54,8 +54,8 @@ async def test_a_posture_pause_writes_the_effects_of_the_trials_it_paused(store:
     assert [o.record_id for o in await store.outbox()] == ["spec:cp", "spec:cp2"]
 
 
-def _held(rid: str, kind: str, trial_id: str = "t1", **kw: object) -> Collected:
-    return Collected(id=rid, kind=kind, sidecar_id="s1", body=rid.encode(), received_at=1.0, team="a",
+def _held(rid: str, kind: str, trial_id: str = "t1", **kw: object) -> Held:
+    return Held(id=rid, kind=kind, sidecar_id="s1", body=rid.encode(), received_at=1.0, team="a",
                      trial_id=trial_id, **kw)  # type: ignore[arg-type]
 
 
@@ -99,8 +99,8 @@ async def test_collected_exchanges_are_a_teams_traffic_of_trials_still_pinned_he
     await store.create_trial(trial("cp-paused", execution_site="control_plane"))
     await store.create_trial(trial("other", team="team-b", execution_site="control_plane"))
 
-    def ex(trial_id: str, team: str, i: int) -> Collected:
-        return Collected(id=f"exchange:{trial_id}:x{i}", kind="exchange", sidecar_id="s", team=team,
+    def ex(trial_id: str, team: str, i: int) -> Held:
+        return Held(id=f"exchange:{trial_id}:x{i}", kind="exchange", sidecar_id="s", team=team,
                          trial_id=trial_id, exchange_id=f"x{i}", revision=None, body=f'{{"i": {i}}}'.encode(),
                          received_at=1.0)
 
