@@ -50,9 +50,6 @@ from sidecar.store.records import (
     LedgerKind,
     OutboxRecord,
     PostureWrite,
-    RetainedExchange,
-    RetainedSelection,
-    RetainResult,
     ReserveResult,
     TeamPosture,
     TrialRecord,
@@ -61,7 +58,8 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema_pg import migrate
 from sidecar.store.watch_pg import PostgresWatches, apply_effects
-from uplink.collector_store import Held
+from sidecar.store.collected_pg import PostgresCollected
+from sidecar.store.retention_pg import PostgresRetention
 
 T = TypeVar("T")
 Conn = Any  # asyncpg.Connection; asyncpg ships no type information
@@ -75,15 +73,13 @@ _INSERT_LEDGER = "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at)
 _FIGURES = "cap_micros, spent_micros, reserved_micros, status"
 _RETRYABLE = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
 _ATTEMPTS = 3
-#: The pg_advisory_xact_lock key that serialises writes to the retention window.
-_RETENTION_LOCK = 0x5F3C_2A91_7D0E_4B6D
 
 
 def _trial(row: Any) -> TrialRecord:
     return TrialRecord(**{k: row[k] for k in _TRIAL_FIELDS})
 
 
-class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches):
+class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches, PostgresCollected, PostgresRetention):
     """The :class:`sidecar.store.base.Store` over one PostgreSQL database.
 
     Several instances — in one process or many — may share the database; that
@@ -575,133 +571,6 @@ class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches):
     async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
         return await self._tx(lambda conn: _enqueue(conn, records, now))
 
-    # -- a collector's records (sidecar.store.base.CollectedStore) --------------
-
-    async def put_collected(self, records: Sequence[Held]) -> list[str]:
-        async def fn(conn: Conn) -> list[str]:
-            stored: list[str] = []
-            for r in records:
-                done = await conn.fetchval(
-                    "INSERT INTO collected_records (id, kind, sidecar_id, team, trial_id, exchange_id, revision, body, "
-                    "received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING RETURNING 1",
-                    r.id, r.kind, r.sidecar_id, r.team, r.trial_id, r.exchange_id, r.revision, r.body, r.received_at,
-                )
-                if done is not None:
-                    stored.append(r.id)
-            return stored
-
-        return await self._tx(fn)
-
-    async def collected_trials(self) -> list[dict[str, object]]:
-        pool = self._open_pool()
-        out: dict[str, dict[str, Any]] = {}
-        for r in await pool.fetch(
-            "SELECT trial_id, team, COUNT(*) AS n FROM collected_records WHERE kind = 'case_result' "
-            "GROUP BY trial_id, team ORDER BY trial_id, team"
-        ):
-            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
-            out[r["trial_id"]]["case_results"][r["team"]] = r["n"]
-        for r in await pool.fetch(
-            "SELECT DISTINCT ON (trial_id) trial_id, body FROM collected_records WHERE kind = 'trial_state' "
-            "ORDER BY trial_id, revision DESC"
-        ):
-            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
-            out[r["trial_id"]]["state"] = bytes(r["body"])
-        return [out[k] for k in sorted(out)]
-
-    async def latest_spec(self, trial_id: str) -> bytes | None:
-        body = await self._open_pool().fetchval(
-            "SELECT body FROM collected_records WHERE kind = 'trial_spec' AND trial_id = $1 "
-            "ORDER BY revision DESC, seq DESC LIMIT 1", trial_id,
-        )
-        return None if body is None else bytes(body)
-
-    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
-        rows = await self._open_pool().fetch(
-            "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
-            "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
-            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
-            "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
-            "ORDER BY r.seq LIMIT $1", limit,
-        )
-        return [bytes(r["body"]) for r in rows]
-
-    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
-        rows = await self._open_pool().fetch(
-            "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
-            "WHERE r.kind = 'exchange' AND r.team = $1 AND r.seq > $2 AND t.execution_site = 'control_plane' "
-            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
-            "ORDER BY r.seq LIMIT $3", team, after_seq, limit,
-        )
-        return [(int(r["seq"]), bytes(r["body"])) for r in rows]
-
-
-    # -- the retention window ----------------------------------------------------
-
-    async def retain(
-        self, rows: Sequence[RetainedExchange], *, keep_after: float, max_count: int, max_bytes: int
-    ) -> RetainResult:
-        async def fn(conn: Conn) -> RetainResult:
-            # Sidecars of a fleet retain into one window: its bounds are applied one at a time.
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _RETENTION_LOCK)
-            aged = int((await conn.execute("DELETE FROM retained WHERE kept_at < $1", keep_after)).split()[-1])
-            kept = 0
-            for r in rows:
-                status = await conn.execute(
-                    "INSERT INTO retained (team, exchange_id, model, gateway, route, served_at, kept_at, size, sealed) "
-                    "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (team, exchange_id) DO NOTHING",
-                    r.team, r.exchange_id, r.model, r.gateway, r.route, r.served_at, r.kept_at, len(r.sealed), r.sealed,
-                )
-                kept += int(status.split()[-1])
-            row = await conn.fetchrow("SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM retained")
-            count, size = int(row["n"]), int(row["b"])
-            by_count = by_bytes = 0
-            if count > max_count or size > max_bytes:
-                cut = 0
-                over_n, over_b = count - max_count, size - max_bytes
-                async for rec in conn.cursor("SELECT seq, size FROM retained ORDER BY seq"):
-                    if over_n <= 0 and over_b <= 0:
-                        break
-                    if over_n > 0:
-                        by_count += 1
-                    else:
-                        by_bytes += 1
-                    over_n, over_b, cut = over_n - 1, over_b - int(rec["size"]), int(rec["seq"])
-                await conn.execute("DELETE FROM retained WHERE seq <= $1", cut)
-            return RetainResult(kept, aged, by_count, by_bytes)
-
-        return await self._tx(fn)
-
-    async def retained(self, selection: RetainedSelection, *, after_seq: int, limit: int) -> list[RetainedExchange]:
-        where, args = _selection(selection, first=3)
-        rows = await self._open_pool().fetch(
-            "SELECT seq, team, exchange_id, model, gateway, route, served_at, kept_at, sealed FROM retained "
-            f"WHERE seq > $1 AND {where} ORDER BY seq LIMIT $2", after_seq, limit, *args,
-        )
-        return [RetainedExchange(r["team"], r["exchange_id"], r["model"], r["gateway"], r["route"], r["served_at"],
-                                 r["kept_at"], bytes(r["sealed"]), int(r["seq"])) for r in rows]
-
-    async def count_retained(self, selection: RetainedSelection) -> int:
-        where, args = _selection(selection, first=1)
-        return int(await self._open_pool().fetchval(f"SELECT COUNT(*) FROM retained WHERE {where}", *args))
-
-    async def forget_retained(self, team: str) -> int:
-        async def fn(conn: Conn) -> int:
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _RETENTION_LOCK)
-            return int((await conn.execute("DELETE FROM retained WHERE team = $1", team)).split()[-1])
-
-        return await self._tx(fn)
-
-    async def retention_totals(self) -> dict[str, int]:
-        row = await self._open_pool().fetchrow("SELECT COUNT(*) AS n, COALESCE(SUM(size), 0) AS b FROM retained")
-        return {"count": int(row["n"]), "bytes": int(row["b"])}
-
-    async def save_replay_progress(self, trial_id: str, *, cursor: int, fed: int) -> None:
-        await self._open_pool().execute(
-            "UPDATE trials SET replay_cursor = GREATEST(replay_cursor, $1), replay_fed = GREATEST(replay_fed, $2) "
-            "WHERE id = $3", cursor, fed, trial_id,
-        )
-
 
 async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
     """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
@@ -712,17 +581,6 @@ async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
         list(case_ids),
     )
     await _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
-
-
-def _selection(sel: RetainedSelection, *, first: int) -> tuple[str, list[Any]]:
-    """The WHERE clause of a retained selection, its parameters numbered from ``$first``."""
-    where = f"team = ${first} AND served_at >= ${first + 1} AND served_at < ${first + 2}"
-    args: list[Any] = [sel.team, sel.served_from, sel.served_to]
-    for column, value in (("model", sel.model), ("route", sel.route), ("gateway", sel.gateway)):
-        if value is not None:
-            args.append(value)
-            where += f" AND {column} = ${first + len(args) - 1}"
-    return where, args
 
 
 def _posture(row: Any) -> TeamPosture:

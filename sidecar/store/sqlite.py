@@ -33,9 +33,6 @@ from sidecar.store.records import (
     LedgerKind,
     OutboxRecord,
     PostureWrite,
-    RetainedExchange,
-    RetainedSelection,
-    RetainResult,
     ReserveResult,
     TeamPosture,
     TrialRecord,
@@ -43,7 +40,8 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema import MIGRATIONS, statements
 from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
-from uplink.collector_store import Held
+from sidecar.store.collected_sqlite import SQLiteCollected
+from sidecar.store.retention_sqlite import SQLiteRetention
 
 T = TypeVar("T")
 
@@ -56,7 +54,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
     return TrialRecord(**values)
 
 
-class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches):
+class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches, SQLiteCollected, SQLiteRetention):
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
     def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:
@@ -592,159 +590,6 @@ class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches):
 
     async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
         return await self._write(lambda conn: _enqueue(conn, records, now))
-
-    # -- a collector's records (sidecar.store.base.CollectedStore) --------------
-
-    async def put_collected(self, records: Sequence[Held]) -> list[str]:
-        def fn(conn: sqlite3.Connection) -> list[str]:
-            stored: list[str] = []
-            for r in records:
-                cur = conn.execute(
-                    "INSERT INTO collected_records (id, kind, sidecar_id, team, trial_id, exchange_id, revision, body, "
-                    "received_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (id) DO NOTHING",
-                    (r.id, r.kind, r.sidecar_id, r.team, r.trial_id, r.exchange_id, r.revision, r.body, r.received_at),
-                )
-                if cur.rowcount == 1:
-                    stored.append(r.id)
-            return stored
-
-        return await self._write(fn)
-
-    async def collected_trials(self) -> list[dict[str, object]]:
-        def fn(conn: sqlite3.Connection) -> list[dict[str, object]]:
-            out: dict[str, dict[str, Any]] = {}
-            for r in conn.execute(
-                "SELECT trial_id, team, COUNT(*) AS n FROM collected_records WHERE kind = 'case_result' "
-                "GROUP BY trial_id, team ORDER BY trial_id, team"
-            ):
-                out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
-                out[r["trial_id"]]["case_results"][r["team"]] = r["n"]
-            for r in conn.execute(
-                "SELECT r.trial_id, r.body FROM collected_records r WHERE r.kind = 'trial_state' AND r.revision = "
-                "(SELECT MAX(revision) FROM collected_records s WHERE s.kind = 'trial_state' AND s.trial_id = r.trial_id)"
-            ):
-                out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
-                out[r["trial_id"]]["state"] = bytes(r["body"])
-            return [out[k] for k in sorted(out)]
-
-        return await self._run(fn)
-
-    async def latest_spec(self, trial_id: str) -> bytes | None:
-        def fn(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute(
-                "SELECT body FROM collected_records WHERE kind = 'trial_spec' AND trial_id = ? "
-                "ORDER BY revision DESC, seq DESC LIMIT 1", (trial_id,),
-            ).fetchone()
-            return None if row is None else bytes(row["body"])
-
-        return await self._run(fn)
-
-    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
-        def fn(conn: sqlite3.Connection) -> list[bytes]:
-            rows = conn.execute(
-                "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
-                "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
-                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
-                "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
-                "ORDER BY r.seq LIMIT ?", (limit,),
-            ).fetchall()
-            return [bytes(r["body"]) for r in rows]
-
-        return await self._run(fn)
-
-    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
-        def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
-            rows = conn.execute(
-                "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
-                "WHERE r.kind = 'exchange' AND r.team = ? AND r.seq > ? AND t.execution_site = 'control_plane' "
-                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
-                "ORDER BY r.seq LIMIT ?", (team, after_seq, limit),
-            ).fetchall()
-            return [(int(r["seq"]), bytes(r["body"])) for r in rows]
-
-        return await self._run(fn)
-
-    # -- the retention window ----------------------------------------------------
-
-    async def retain(
-        self, rows: Sequence[RetainedExchange], *, keep_after: float, max_count: int, max_bytes: int
-    ) -> RetainResult:
-        def fn(conn: sqlite3.Connection) -> RetainResult:
-            aged = conn.execute("DELETE FROM retained WHERE kept_at < ?", (keep_after,)).rowcount
-            kept = 0
-            for r in rows:
-                kept += conn.execute(
-                    "INSERT INTO retained (team, exchange_id, model, gateway, route, served_at, kept_at, size, sealed) "
-                    "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (team, exchange_id) DO NOTHING",
-                    (r.team, r.exchange_id, r.model, r.gateway, r.route, r.served_at, r.kept_at, len(r.sealed),
-                     r.sealed),
-                ).rowcount
-            count, size = conn.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM retained").fetchone()
-            by_count = by_bytes = 0
-            if count > max_count or size > max_bytes:
-                cut = 0  # the highest seq to forget
-                over_n, over_b = count - max_count, size - max_bytes
-                for seq, n in conn.execute("SELECT seq, size FROM retained ORDER BY seq"):
-                    if over_n <= 0 and over_b <= 0:
-                        break
-                    if over_n > 0:
-                        by_count += 1
-                    else:
-                        by_bytes += 1
-                    over_n, over_b, cut = over_n - 1, over_b - n, seq
-                conn.execute("DELETE FROM retained WHERE seq <= ?", (cut,))
-            return RetainResult(kept, aged, by_count, by_bytes)
-
-        return await self._write(fn)
-
-    async def retained(self, selection: RetainedSelection, *, after_seq: int, limit: int) -> list[RetainedExchange]:
-        def fn(conn: sqlite3.Connection) -> list[RetainedExchange]:
-            where, args = _selection(selection)
-            rows = conn.execute(
-                "SELECT seq, team, exchange_id, model, gateway, route, served_at, kept_at, sealed FROM retained "
-                f"WHERE seq > ? AND {where} ORDER BY seq LIMIT ?", (after_seq, *args, limit),
-            ).fetchall()
-            return [RetainedExchange(r["team"], r["exchange_id"], r["model"], r["gateway"], r["route"],
-                                     r["served_at"], r["kept_at"], bytes(r["sealed"]), r["seq"]) for r in rows]
-
-        return await self._run(fn)
-
-    async def count_retained(self, selection: RetainedSelection) -> int:
-        def fn(conn: sqlite3.Connection) -> int:
-            where, args = _selection(selection)
-            return int(conn.execute(f"SELECT COUNT(*) FROM retained WHERE {where}", args).fetchone()[0])
-
-        return await self._run(fn)
-
-    async def forget_retained(self, team: str) -> int:
-        return await self._write(lambda conn: conn.execute("DELETE FROM retained WHERE team=?", (team,)).rowcount)
-
-    async def retention_totals(self) -> dict[str, int]:
-        def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            count, size = conn.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM retained").fetchone()
-            return {"count": int(count), "bytes": int(size)}
-
-        return await self._run(fn)
-
-    async def save_replay_progress(self, trial_id: str, *, cursor: int, fed: int) -> None:
-        def fn(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE trials SET replay_cursor = MAX(replay_cursor, ?), replay_fed = MAX(replay_fed, ?) WHERE id=?",
-                (cursor, fed, trial_id),
-            )
-
-        await self._write(fn)
-
-
-def _selection(sel: RetainedSelection) -> tuple[str, tuple[Any, ...]]:
-    """The WHERE clause (and its arguments) of a retained selection."""
-    where = "team = ? AND served_at >= ? AND served_at < ?"
-    args: list[Any] = [sel.team, sel.served_from, sel.served_to]
-    for column, value in (("model", sel.model), ("route", sel.route), ("gateway", sel.gateway)):
-        if value is not None:
-            where += f" AND {column} = ?"
-            args.append(value)
-    return where, tuple(args)
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline_s: float = 30.0) -> None:

@@ -1,0 +1,76 @@
+"""What a collector holds of the uplink, in the PostgreSQL store (:class:`sidecar.store.base.CollectedStore`),
+mixed into :class:`sidecar.store.postgres.PostgresStore`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
+
+from uplink.collector_store import Held
+
+T = TypeVar("T")
+Conn = Any  # asyncpg.Connection; asyncpg ships no type information
+
+
+class PostgresCollected:
+    if TYPE_CHECKING:
+        def _open_pool(self) -> Any: ...
+
+        async def _tx(self, fn: Callable[[Conn], Awaitable[T]]) -> T: ...
+
+    async def put_collected(self, records: Sequence[Held]) -> list[str]:
+        async def fn(conn: Conn) -> list[str]:
+            stored: list[str] = []
+            for r in records:
+                done = await conn.fetchval(
+                    "INSERT INTO collected_records (id, kind, sidecar_id, team, trial_id, exchange_id, revision, body, "
+                    "received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING RETURNING 1",
+                    r.id, r.kind, r.sidecar_id, r.team, r.trial_id, r.exchange_id, r.revision, r.body, r.received_at,
+                )
+                if done is not None:
+                    stored.append(r.id)
+            return stored
+
+        return await self._tx(fn)
+
+    async def collected_trials(self) -> list[dict[str, object]]:
+        pool = self._open_pool()
+        out: dict[str, dict[str, Any]] = {}
+        for r in await pool.fetch(
+            "SELECT trial_id, team, COUNT(*) AS n FROM collected_records WHERE kind = 'case_result' "
+            "GROUP BY trial_id, team ORDER BY trial_id, team"
+        ):
+            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+            out[r["trial_id"]]["case_results"][r["team"]] = r["n"]
+        for r in await pool.fetch(
+            "SELECT DISTINCT ON (trial_id) trial_id, body FROM collected_records WHERE kind = 'trial_state' "
+            "ORDER BY trial_id, revision DESC"
+        ):
+            out.setdefault(r["trial_id"], {"trial_id": r["trial_id"], "state": None, "case_results": {}})
+            out[r["trial_id"]]["state"] = bytes(r["body"])
+        return [out[k] for k in sorted(out)]
+
+    async def latest_spec(self, trial_id: str) -> bytes | None:
+        body = await self._open_pool().fetchval(
+            "SELECT body FROM collected_records WHERE kind = 'trial_spec' AND trial_id = $1 "
+            "ORDER BY revision DESC, seq DESC LIMIT 1", trial_id,
+        )
+        return None if body is None else bytes(body)
+
+    async def pending_exchanges(self, *, limit: int) -> list[bytes]:
+        rows = await self._open_pool().fetch(
+            "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+            "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
+            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+            "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
+            "ORDER BY r.seq LIMIT $1", limit,
+        )
+        return [bytes(r["body"]) for r in rows]
+
+    async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
+        rows = await self._open_pool().fetch(
+            "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+            "WHERE r.kind = 'exchange' AND r.team = $1 AND r.seq > $2 AND t.execution_site = 'control_plane' "
+            "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+            "ORDER BY r.seq LIMIT $3", team, after_seq, limit,
+        )
+        return [(int(r["seq"]), bytes(r["body"])) for r in rows]
