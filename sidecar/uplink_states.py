@@ -12,8 +12,9 @@ the highest (sidecars of a fleet publishing the same trial agree: equal revision
 read equal facts). Nothing is lost if the process dies before a publish: the
 next publisher (a restart, a fleet peer) reads the same store.
 
-Which trials are read: running ones, and any whose ``state_revision`` moved
-since the last look (a stop, a pause, a late case). An ended trial that nothing
+Which trials are read: any whose ``state_revision`` moved since the last look (a
+case, a stop, a pause), and a running one every :data:`UNCHANGED_EVERY` passes
+(outcomes counted before a case do not touch the row). An ended trial that nothing
 touches is read once per process life. Content-free: ids, models, status,
 numbers; the status *reason* (free text, which may name a person) is not sent.
 """
@@ -35,6 +36,9 @@ from uplink.schema import Interval, TrialState, encode_record
 log = logging.getLogger("shadowtrial.uplink")
 
 TOPIC = "trial_state"
+#: A running trial whose row has not changed is read again only every this many passes: only
+#: outcomes counted before a case (``not_sampled``, ``shed_*``) can have moved its state.
+UNCHANGED_EVERY = 12
 
 
 def revision(snap: TrialSnapshot) -> int:
@@ -89,15 +93,20 @@ class StatePublisher:
         #: Per trial: the revision last published, and the row's revision after that publish's fold.
         self._published: dict[str, int] = {}
         self._seen_row: dict[str, int] = {}
+        #: Passes made, and the pass at which each trial was last read.
+        self._passes = 0
+        self._read_at: dict[str, int] = {}
 
     async def publish(self) -> int:
         """One pass; how many records it wrote."""
         written: list[OutboxRecord] = []
-        for record in await self._store.list_trials():
-            if record.kind == "watch":  # a watch's day row: its alerts are its records
+        self._passes += 1
+        for record in await self._store.list_trials(kind="trial"):  # a watch's day rows: its alerts are its records
+            if self._seen_row.get(record.id) == record.state_revision and (
+                record.status != "running" or self._passes - self._read_at.get(record.id, 0) < UNCHANGED_EVERY
+            ):
                 continue
-            if record.status != "running" and self._seen_row.get(record.id) == record.state_revision:
-                continue
+            self._read_at[record.id] = self._passes
             snap = await self._store.snapshot(record.id)
             if snap is None:
                 continue

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from sidecar.store.sqlite import SQLiteStore
-from sidecar.uplink_states import StatePublisher
+from sidecar.uplink_states import UNCHANGED_EVERY, StatePublisher
 from tests.store.factories import effect, finish, start, trial
 
 
@@ -27,18 +27,23 @@ async def test_a_state_per_change_and_none_while_nothing_moves(tmp_path: Path) -
         await store.reserve("t1", "c0", 100, kind="reserve", at=1.0)
         assert await store.finish_case(finish("c0", charged=50, effects=(effect("r0"),)), "A")
         assert await publisher.publish() == 1
+        # Outcomes counted before a case leave the row alone: the next read of it comes later.
+        await store.count_outcomes({("t1", "not_sampled"): 3})
+        quiet = [await publisher.publish() for _ in range(UNCHANGED_EVERY - 1)]
+        assert quiet == [0] * (UNCHANGED_EVERY - 1) and await publisher.publish() == 1
         await store.set_trial_status("t1", "stopped", "stopped by alice@example.com", ended=True, now=5.0)
         assert await publisher.publish() == 1
         assert await publisher.publish() == 0
         states = await _states(store)
-        assert [s["status"] for s in states] == ["running", "running", "stopped"]
+        assert [s["status"] for s in states] == ["running", "running", "running", "stopped"]
         revisions = [s["revision"] for s in states]
-        assert revisions == sorted(revisions) and len(set(revisions)) == 3
-        assert states[1]["funnel"] == {"judged": 1} and states[2]["verdict"] == "Inconclusive"
+        assert revisions == sorted(revisions) and len(set(revisions)) == 4
+        assert states[1]["funnel"] == {"judged": 1} and states[2]["funnel"] == {"judged": 1, "not_sampled": 3}
+        assert states[3]["verdict"] == "Inconclusive"
         assert all("alice" not in json.dumps(s) for s in states), "the status reason is not sent"
         # A new process publishes the current state once; the outbox keeps the first copy of an id.
         again = StatePublisher(store, clock=lambda: 2000.0)
         assert await again.publish() == 1
-        assert len(await _states(store)) == 3
+        assert len(await _states(store)) == 4
     finally:
         await store.close()
