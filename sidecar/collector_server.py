@@ -26,6 +26,7 @@ from policies.roles import decide
 from sidecar.api.authn import authenticate, build_verifier, unauthorized
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
+from sidecar.auth.verify import Verifier as AdminVerifier
 from sidecar.collected import CollectedRecords
 from sidecar.console.corpus_pages import corpus_console_app
 from sidecar.corpus.api import Services, corpus_app
@@ -79,18 +80,19 @@ class CollectorServer:
         try:
             await self._start_engine(store)
             self.records = CollectedRecords(store, control_plane=self.control_plane, clock=time.time)
+            # Readers (trials, corpus, console) use the admin API's tokens; batches use the uplink's keys.
+            admin = None if self.config is None else build_verifier(self.config.auth)
+            revocations = None if self.config is None else Revocations(self.config.auth.revoked_subjects_file)
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
-                                         reader=None if self.config is None else readers(self.config))
+                                         reader=None if self.config is None else readers(admin, revocations))
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)
                 ctx = corpus_context(self.config, store)
                 if self.corpus_runner is not None:
                     ctx = dataclasses.replace(ctx, on_change=self.corpus_runner.wake)
-                verifier_ = build_verifier(self.config.auth)
-                revocations = Revocations(self.config.auth.revoked_subjects_file)
-                app.add_subapp("/v1", corpus_app(ctx, verifier_, revocations=revocations, prefix=""))
+                app.add_subapp("/v1", corpus_app(ctx, admin, revocations=revocations, prefix=""))
                 # The console's Datasets and Comparisons, over the same services and principal.
-                app.add_subapp("/console", corpus_console_app(Services(ctx), verifier_, revocations,
+                app.add_subapp("/console", corpus_console_app(Services(ctx), admin, revocations,
                                                               teams=sorted(self.config.teams)))
             self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)  # the app gunzips itself
             await self._runner.setup()
@@ -143,11 +145,9 @@ class CollectorServer:
         await self.stop()
 
 
-def readers(config: Config) -> Reader:
+def readers(verifier: AdminVerifier | None, revocations: Revocations | None) -> Reader:
     """Who may read the collector's trials: the admin API's principals (``[auth]``), each seeing
-    the teams it may read; with ``auth.mode = "off"``, everyone every team (loopback only)."""
-    verifier = build_verifier(config.auth)
-    revocations = Revocations(config.auth.revoked_subjects_file)
+    the teams it may read; with no verifier (``auth.mode = "off"``), everyone every team (loopback only)."""
 
     def reader(request: web.Request) -> Callable[[str], bool] | web.Response:
         if verifier is None:
