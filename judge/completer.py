@@ -28,6 +28,9 @@ class Completion:
     #: A failed call that reached the provider and may have been billed (a timeout, an
     #: answer that could not be read): the spend ledger holds its worst case.
     may_have_billed: bool = False
+    #: The answer came with usage figures that are not token counts (the counts are then
+    #: None): the spend ledger charges the call's worst case as a disputed report.
+    usage_disputed: bool = False
 
 
 class Completer(Protocol):

@@ -88,10 +88,14 @@ def charge_call(cost: Cost, worst_micros: int) -> Charge:
     return Charge(worst_micros, cost)
 
 
-def charge_usage(price: Price | None, input_tokens: int | None, output_tokens: int | None, worst_micros: int) -> Charge:
-    """:func:`charge_call` for a provider's usage report. A count no call can have (negative)
-    is a disputed report too: charged the worst case, never less, never more."""
-    if (input_tokens is not None and input_tokens < 0) or (output_tokens is not None and output_tokens < 0):
+def charge_usage(
+    price: Price | None, input_tokens: int | None, output_tokens: int | None, worst_micros: int,
+    *, disputed: bool = False,
+) -> Charge:
+    """:func:`charge_call` for a provider's usage report. A count no call can have (negative),
+    or a report the caller could not read as counts (``disputed``: a fraction, NaN, a string,
+    ...), is a disputed report too: charged the worst case, never less, never more."""
+    if disputed or (input_tokens is not None and input_tokens < 0) or (output_tokens is not None and output_tokens < 0):
         return Charge(worst_micros, Cost(worst_micros, "partial"), disputed=True)
     return charge_call(price_usage(price, input_tokens, output_tokens), worst_micros)
 

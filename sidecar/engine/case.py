@@ -408,7 +408,8 @@ class CaseRunner:
             for c in pj.completions:
                 if not c.ok and not c.may_have_billed and c.input_tokens is None and c.output_tokens is None:
                     continue  # refused before any work (429/5xx/connection): not billed
-                judge_charges.append(spend.charge_usage(subject.judge_price, c.input_tokens, c.output_tokens, per_call_worst))
+                judge_charges.append(spend.charge_usage(subject.judge_price, c.input_tokens, c.output_tokens,
+                                                        per_call_worst, disputed=c.usage_disputed))
         case.charges.extend(judge_charges)
 
         rows = _judgment_rows(subject, case.case_id, judgments, incumbent_answer, candidate_answer, self.clock())
@@ -523,7 +524,8 @@ async def _persist(write: Callable[[], Awaitable[T]]) -> T:
 def _candidate_charge(subject: Subject, result: ProviderResult, worst: int) -> spend.Charge:
     if not (result.ok or result.may_have_billed):
         return spend.NOTHING  # refused before any work: nothing was billed
-    charge = spend.charge_usage(subject.candidate_price, result.input_tokens, result.output_tokens, worst)
+    charge = spend.charge_usage(subject.candidate_price, result.input_tokens, result.output_tokens, worst,
+                                disputed=result.usage_disputed)
     if result.unknown_fate_attempts and charge.cost.coverage == "complete":
         # An earlier attempt of this call may also have been billed: not all of it is known.
         charge = spend.Charge(charge.charged_micros, Cost(charge.cost.known_micros, "partial"), charge.disputed)

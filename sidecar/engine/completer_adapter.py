@@ -40,6 +40,7 @@ class ProviderCompleter:
                 output_tokens=result.output_tokens,
                 latency_ms=result.latency_ms,
                 may_have_billed=result.may_have_billed,
+                usage_disputed=result.usage_disputed,
             )
         return Completion(
             ok=True,
@@ -47,4 +48,5 @@ class ProviderCompleter:
             input_tokens=result.input_tokens,
             output_tokens=result.output_tokens,
             latency_ms=result.latency_ms,
+            usage_disputed=result.usage_disputed,
         )

@@ -33,6 +33,7 @@ from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.providers.errors import ProviderConfigError
 from sidecar.providers.openai import render_tool_call
 from sidecar.providers.retry import DEFAULT_RETRY_STATUSES, Clock, Completion, Sleep
+from sidecar.providers.usage import decode_leniently, read_usage
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -54,15 +55,11 @@ class _Block(msgspec.Struct):
     input: Any = None
 
 
-class _Usage(msgspec.Struct):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-
-
 class _Message(msgspec.Struct):
     content: list[_Block]
     stop_reason: str | None = None
-    usage: _Usage | None = None
+    #: Read by :func:`sidecar.providers.usage.read_usage`: a quirky meter never costs the answer.
+    usage: Any = None
 
 
 _decoder = msgspec.json.Decoder(_Message)
@@ -202,21 +199,22 @@ def build_messages_body(request: ChatRequest, default_max_tokens: int) -> dict[s
 
 
 def parse_message(body: bytes) -> Completion | None:
-    """Read an Anthropic message; None when the body is not one."""
-    try:
-        message = _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    """Read an Anthropic message; None when the body is not one (usage as in
+    :func:`sidecar.providers.openai.parse_chat_completion`)."""
+    message = decode_leniently(body, _decoder)
+    if message is None:
         return None
     texts = [b.text or "" for b in message.content if b.type == "text"]
     calls = [render_tool_call(b.name or "", b.input or {}) for b in message.content if b.type == "tool_use"]
     pieces = ["".join(texts)] + calls
-    usage = message.usage or _Usage()
+    usage = read_usage(message.usage, "input_tokens", "output_tokens")
     reason = message.stop_reason
     return Completion(
         content="\n".join(p for p in pieces if p),
         finish_reason=_STOP_REASONS.get(reason, reason) if reason is not None else None,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
+        usage_disputed=usage.disputed,
     )
 
 

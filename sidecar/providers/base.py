@@ -45,6 +45,10 @@ class ProviderResult(msgspec.Struct, frozen=True, kw_only=True):
     ``unknown_fate_attempts`` counts such attempts (a retried reset followed by
     a success is ``ok`` yet one attempt's fate is unknown), so a ledger can hold
     one worst case per unknown attempt on top of the reported usage.
+    ``usage_disputed`` is True when the answer came with usage figures that are
+    not token counts (a fraction, a negative, NaN, a string, ...; see
+    :mod:`sidecar.providers.usage`): the answer stands, the unreadable counts
+    are None, and the ledger charges the call's worst case.
     """
 
     ok: bool
@@ -52,6 +56,7 @@ class ProviderResult(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    usage_disputed: bool = False
     error: ErrorKind | None = None
     status: int | None = None
     attempts: int = 1

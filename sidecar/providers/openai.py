@@ -10,6 +10,7 @@ import msgspec
 from sidecar.providers._client import HTTPChatClient
 from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.providers.retry import Completion
+from sidecar.providers.usage import decode_leniently, read_usage
 
 # Never sent: we always read a whole answer, and the model/messages come from the request.
 _DROPPED_PARAMS = frozenset({"stream", "stream_options", "model", "messages"})
@@ -41,14 +42,10 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
 class _ChatCompletion(msgspec.Struct):
     choices: list[_Choice]
-    usage: _Usage | None = None
+    #: Read by :func:`sidecar.providers.usage.read_usage`: a quirky meter never costs the answer.
+    usage: Any = None
 
 
 _decoder = msgspec.json.Decoder(_ChatCompletion)
@@ -70,12 +67,12 @@ def render_tool_call(name: str, arguments: str | dict[str, Any] | None) -> str:
 
 
 def parse_chat_completion(body: bytes) -> Completion | None:
-    """Read the first choice of a chat completion; None when the body is not one."""
-    try:
-        data = _decoder.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if not data.choices:
+    """Read the first choice of a chat completion; None when the body is not one.
+
+    Its usage is read apart (:mod:`sidecar.providers.usage`): figures that are not counts
+    are disputed, never a reason to throw the answer away."""
+    data = decode_leniently(body, _decoder)
+    if data is None or not data.choices:
         return None
     choice = data.choices[0]
     message = choice.message
@@ -91,12 +88,13 @@ def parse_chat_completion(body: bytes) -> Completion | None:
             pieces.append(render_tool_call(call.function.name, call.function.arguments))
     if message.function_call is not None:
         pieces.append(render_tool_call(message.function_call.name, message.function_call.arguments))
-    usage = data.usage or _Usage()
+    usage = read_usage(data.usage, "prompt_tokens", "completion_tokens")
     return Completion(
         content="\n".join(p for p in pieces if p),
         finish_reason=choice.finish_reason,
-        input_tokens=usage.prompt_tokens,
-        output_tokens=usage.completion_tokens,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        usage_disputed=usage.disputed,
     )
 
 

@@ -55,6 +55,8 @@ class Completion(NamedTuple):
     finish_reason: str | None
     input_tokens: int | None
     output_tokens: int | None
+    #: The body reported usage that is not a count (:mod:`sidecar.providers.usage`).
+    usage_disputed: bool = False
 
 
 Send = Callable[[], Awaitable[httpx.Response]]
@@ -244,6 +246,7 @@ def _result(outcome: _Outcome, attempts: int, unknown: int, latency_ms: float) -
         finish_reason=c.finish_reason if c else None,
         input_tokens=c.input_tokens if c else None,
         output_tokens=c.output_tokens if c else None,
+        usage_disputed=c.usage_disputed if c else False,
         error=None if c else outcome.error,
         status=outcome.status,
         attempts=attempts,

@@ -64,3 +64,13 @@ def test_a_usage_report_no_call_can_have_is_disputed_and_charged_the_worst_case(
     # Not reported at all: held at the worst case, unknown (not disputed: nothing to dispute).
     held = spend.charge_usage(price, None, None, 10_000)
     assert (held.charged_micros, held.cost.coverage, held.disputed) == (10_000, "unknown", False)
+
+
+def test_an_unreadable_usage_report_is_disputed_and_charged_the_worst_case() -> None:
+    """Issue 21, item 4: counts the provider client could not read (None, flagged disputed)
+    are charged the worst case, coverage not complete — even with the other count readable."""
+    price = Price(1_000_000, 4_000_000)
+    for counts in ((None, None), (10, None), (None, 10)):
+        charge = spend.charge_usage(price, *counts, 500, disputed=True)
+        assert (charge.charged_micros, charge.disputed, charge.cost.coverage) == (500, True, "partial")
+    assert spend.charge_usage(price, 10, 10, 500) == Charge(50, Cost(50, "complete"))

@@ -23,7 +23,7 @@ from sidecar.providers.anthropic import AnthropicProvider, convert_messages
 from sidecar.providers.base import ChatRequest, ProviderResult
 from sidecar.providers.errors import ProviderClosedError, ProviderConfigError
 from sidecar.providers.factory import make_provider
-from sidecar.providers.openai import OpenAIProvider
+from sidecar.providers.openai import OpenAIProvider, parse_chat_completion
 from sidecar.providers.retry import RetryPolicy, parse_retry_after
 
 KEY = "sk-very-secret-key-123"
@@ -87,6 +87,54 @@ async def test_success_extracts_content_finish_reason_and_usage() -> None:
     assert result.input_tokens is not None and result.input_tokens > 0
     assert result.output_tokens == -(-len(result.content.encode()) // 4)
     assert (result.attempts, result.may_have_billed, sleep.delays) == (1, False, [])
+
+
+#: Issue 21, item 4: usage figures as upstreams really report them -> (input, output, disputed).
+USAGE_QUIRKS: dict[str, tuple[tuple[Any, Any], tuple[int | None, int | None, bool]]] = {
+    "whole-number floats": ((50.0, 7.0), (50, 7, False)),
+    "ints": ((50, 7), (50, 7, False)),
+    "null": ((None, None), (None, None, False)),
+    "1e30": ((1e30, 1e30), (None, None, True)),
+    "NaN": ((float("nan"), float("nan")), (None, None, True)),
+    "infinities": ((float("inf"), float("-inf")), (None, None, True)),
+    "negative": ((-5, 3), (None, 3, True)),
+    "strings": (("50", "many"), (None, None, True)),
+    "fractions": ((50.5, 3), (None, 3, True)),
+    "huge int": ((10**30, 4), (None, 4, True)),
+    "booleans": ((True, False), (None, None, True)),
+}
+
+
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+@pytest.mark.parametrize("quirk", sorted(USAGE_QUIRKS))
+async def test_usage_quirks_keep_the_answer_and_dispute_the_figures(shape: str, quirk: str) -> None:
+    """A readable answer is never lost to its meter: odd usage figures make the counts None
+    and the report disputed (charged at the worst case), whole-number floats are counts."""
+    reported, (inputs, outputs, disputed) = USAGE_QUIRKS[quirk]
+    models = {"m": FakeModel(quality=0.7, quality_noise=0.0, usage_override=reported)}
+    sleep = SleepRecorder()
+    async with FakeProvider(models) as fp:
+        kind = OpenAIProvider if shape == "openai" else AnthropicProvider
+        url = fp.base_url if shape == "openai" else fp.root_url
+        async with kind(url, KEY, **client_opts(sleep)) as provider:
+            result = await provider.chat(ask(model="m", max_tokens=100))
+    assert result.ok and result.error is None and result.content is not None
+    assert MARKER_RE.findall(result.content) == ["0.700"]
+    assert (result.input_tokens, result.output_tokens, result.usage_disputed) == (inputs, outputs, disputed)
+    assert result.attempts == 1 and not result.may_have_billed
+
+
+@pytest.mark.parametrize("usage", [b'"n/a"', b"[1, 2]", b"7", b'{"prompt_tokens": 1e400, "completion_tokens": 2}'])
+def test_usage_that_is_not_an_object_of_counts_is_disputed(usage: bytes) -> None:
+    body = b'{"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": ' + usage + b"}"
+    completion = parse_chat_completion(body)
+    assert completion is not None and completion.content == "hi" and completion.usage_disputed
+    assert completion.input_tokens is None
+
+
+def test_a_body_that_is_not_json_stays_malformed() -> None:
+    assert parse_chat_completion(b'{"choices": [{"message": ') is None
+    assert parse_chat_completion(b'{"choices": [{"message": {"content": NaN}}]}') is None  # NaN text: not an answer
 
 
 async def test_tool_calls_are_rendered_as_text() -> None:

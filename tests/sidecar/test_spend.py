@@ -169,3 +169,55 @@ async def test_wrong_usage_figures_never_pass_the_cap_nor_leave_a_case_open(tmp_
         assert spend["coverage"] != "complete", "a refused usage figure is never complete knowledge"
         if case in ("over-reported", "negative", "huge int"):
             assert spend["disputed_reports"] > 0
+
+
+# -- usage quirks never cost an answer (issue 21, item 4) ------------------------------------
+
+#: What upstreams report as usage. Whole-number floats are ordinary counts (JSON has one
+#: number type); everything else is unreadable: the answer is judged, the call charged its
+#: worst case as a disputed report.
+USAGE_QUIRKS = {
+    "whole-number floats": (50.0, 20.0),
+    "1e30": (1e30, 1e30),
+    "NaN": (float("nan"), float("nan")),
+    "negative": (-50, 20),
+    "strings": ("50", "twenty"),
+}
+
+
+def case_costs(db: Path, trial_id: str) -> list[tuple[str, str, int, int]]:
+    """(candidate coverage, judge coverage, reserved, charged) of every case of the trial."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(
+            "SELECT candidate_cost_coverage, judge_cost_coverage, reserved_micros, charged_micros FROM cases "
+            "WHERE trial_id=?", (trial_id,)).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("who", [CANDIDATE, JUDGE])
+@pytest.mark.parametrize("quirk", sorted(USAGE_QUIRKS))
+async def test_usage_quirks_are_judged_and_charged_the_worst_case(tmp_path: Path, who: str, quirk: str) -> None:
+    models = {INCUMBENT: FakeModel(), CANDIDATE: FakeModel(quality=0.6), JUDGE: FakeModel(judge=True)}
+    models[who] = dataclasses.replace(models[who], usage_override=USAGE_QUIRKS[quirk])
+    n = 6
+    async with Harness(tmp_path, models=models, workers=4) as h:
+        trial = await h.create_trial(spend_cap_usd=1.0, sample_rate=1.0)
+        cap = trial["spend"]["cap_micros"]
+        await h.send([exchange(i) for i in range(n)])
+        view = await h.settle(trial["id"], n)
+    outcomes, spend = view["funnel"]["outcomes"], view["spend"]
+    assert outcomes["judged"] == n, {k: v for k, v in outcomes.items() if v}
+    peak, final = ledger_peak(tmp_path / "trials.db", trial["id"])
+    assert spend["charged_micros"] <= cap and peak <= cap and final == spend["charged_micros"]
+    assert spend["reserved_micros"] == 0
+    costs = case_costs(tmp_path / "trials.db", trial["id"])
+    assert len(costs) == n and all(charged <= reserved for _, _, reserved, charged in costs)
+    column = 0 if who == CANDIDATE else 1
+    if quirk == "whole-number floats":  # ordinary numbers: priced, complete
+        assert spend["coverage"] == "complete" and spend["disputed_reports"] == 0
+        assert {c[column] for c in costs} == {"complete"}
+    else:
+        assert spend["coverage"] != "complete" and spend["disputed_reports"] >= n
+        assert {c[column] for c in costs} == {"partial"}  # the worst case charged, as a disputed report
