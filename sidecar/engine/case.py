@@ -85,10 +85,20 @@ def candidate_request(subject: Subject, exchange: Exchange, headers: dict[str, s
 
 
 def incumbent_cost(exchange: Exchange, price: Price | None) -> Cost:
+    """What the served call cost, for the paired cost view.
+
+    The trial's configured price (its ``incumbent_price``, else the config's list price)
+    wins over a cost the gateway reports: a gateway's figure can be set by one caller for
+    every team (LiteLLM re-prices a model for its whole process from one request body), the
+    operator's price cannot. With a price but no token counts the cost is unknown — the
+    gateway's figure cannot be checked against the price. The gateway's cost is taken only
+    for a trial with no price at all."""
     usage = exchange.response.usage
+    if price is not None:
+        return price_usage(price, usage.inputs(), usage.outputs())
     if usage.cost_usd is not None:
         return Cost(round(usage.cost_usd * 1_000_000), "complete", "gateway")
-    return price_usage(price, usage.inputs(), usage.outputs())
+    return Cost.unknown()
 
 
 class _Shed(Exception):

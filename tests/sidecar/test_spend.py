@@ -221,3 +221,35 @@ async def test_usage_quirks_are_judged_and_charged_the_worst_case(tmp_path: Path
     else:
         assert spend["coverage"] != "complete" and spend["disputed_reports"] >= n
         assert {c[column] for c in costs} == {"partial"}  # the worst case charged, as a disputed report
+
+
+# -- a gateway's cost never overrides a configured price (issue 21, item 9) --------------------
+
+
+async def test_a_gateway_cost_never_overrides_the_trials_configured_price(tmp_path: Path) -> None:
+    """A gateway reported $27.00 for a call (LiteLLM re-priced by another caller's request
+    body): a trial with an incumbent price records tokens × its price; only a trial with no
+    price at all takes the gateway's figure."""
+    async with Harness(tmp_path) as h:
+        victim = await h.create_trial(team="victim", sample_rate=1.0,
+                                      incumbent_price={"input_per_mtok_usd": 3.0, "output_per_mtok_usd": 12.0})
+        listed = await h.create_trial(team="listed", sample_rate=1.0)  # the config's list price: 2 / 8
+        unpriced = await h.create_trial(team="unpriced", incumbent_model="gateway-only-model", sample_rate=1.0)
+        batch = []
+        for i, (team, model) in enumerate([("victim", INCUMBENT), ("listed", INCUMBENT), ("unpriced", "gateway-only-model")]):
+            ex = exchange(i, team=team, model=model)
+            ex["response"]["usage"]["cost_usd"] = 27.0
+            batch.append(ex)
+        await h.send(batch)
+        for trial in (victim, listed, unpriced):
+            await h.settle(trial["id"], 1)
+    conn = sqlite3.connect(tmp_path / "trials.db")
+    try:
+        recorded = dict(conn.execute("SELECT trial_id, incumbent_cost_micros FROM cases").fetchall())
+        coverage = dict(conn.execute("SELECT trial_id, incumbent_cost_coverage FROM cases").fetchall())
+    finally:
+        conn.close()
+    assert recorded[victim["id"]] == 12 * 3 + 20 * 12  # 12 input, 20 output tokens at $3 / $12 per million
+    assert recorded[listed["id"]] == 12 * 2 + 20 * 8
+    assert recorded[unpriced["id"]] == 27_000_000
+    assert set(coverage.values()) == {"complete"}
