@@ -22,8 +22,10 @@ import re
 import threading
 from collections import Counter, OrderedDict
 
-#: The drop reasons exported, as the LiteLLM plugin names them; anything else is ``other``.
-REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error", "other")
+#: The drop reasons exported, as the LiteLLM plugin names them (``no_call_id``: a served call
+#: without a call id, e.g. a caller's empty ``x-litellm-call-id``); anything else is ``other``.
+REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error", "no_call_id",
+           "other")
 MAX_HEADER_CHARS = 2048
 MAX_INSTANCES = 1000
 HEADER = "Shadowtrial-Plugin-Stats"

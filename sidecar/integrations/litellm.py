@@ -19,7 +19,11 @@ change it); the model is that metadata's ``model_group``; the exchange id is Lit
 declares zero token prices, and no cost at all when the request body carried prices
 (LiteLLM 1.80.0 lets a caller re-price a call that way). Content is withheld
 (``"redacted": true``) under LiteLLM's ``turn_off_message_logging`` (global, or per key or
-team) and for a request with ``x-litellm-enable-message-redaction``.
+team) and for a request with ``x-litellm-enable-message-redaction``. A positive cost far from
+the deployment's known price (a caller re-priced the model for the whole process) is
+disputed and not sent (:mod:`sidecar.integrations.litellm_prices`). A call with an empty
+call id (a caller's empty ``x-litellm-call-id``) cannot be a case: it is dropped and
+counted ``no_call_id``, reported to the sidecar like every drop.
 
 Register it from the proxy's config directory with the shim
 ``deploy/gateways/litellm/shadowtrial_callback.py`` (``from sidecar.integrations.litellm
@@ -32,13 +36,16 @@ This module imports only the standard library, httpx and :mod:`policies.sampling
 LiteLLM's ``CustomLogger`` is imported when ``ShadowtrialTap`` or
 ``proxy_handler_instance`` is first used (module ``__getattr__``), so the module imports
 where LiteLLM is not installed. Settings are read from the environment once, when
-``proxy_handler_instance`` is built (:meth:`TapPlugin.from_env`; see ``docs/litellm.md``).
+``proxy_handler_instance`` is built (:mod:`sidecar.integrations.litellm_settings`; see
+``docs/litellm.md``). A setting that cannot be used never stops the gateway: it is refused
+in one log line naming the variable, and the plugin disables itself (:func:`build_from_env`).
 LiteLLM runs one instance per worker process; each has its own buffer and counters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import logging
@@ -51,15 +58,18 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from sidecar.integrations import litellm_prices
+from sidecar.integrations.litellm_settings import ENV_PREFIX, SettingError, read_settings
 from sidecar.integrations.sender import DROP_REASONS, STATS_HEADER, TapSender
 from sidecar.integrations.slo import Context, Skip, to_exchange
 
-__all__ = ["DROP_REASONS", "STATS_HEADER", "TapPlugin", "build_from_env"]
+__all__ = ["DROP_REASONS", "ENV_PREFIX", "STATS_HEADER", "SettingError", "TapPlugin", "build_from_env"]
 
 log = logging.getLogger("shadowtrial.litellm")
 
 TRIALS_REFRESH_S = 30.0
-ENV_PREFIX = "LITELLM_SHADOWTRIAL_"
+#: Warnings about disputed costs: at most one a minute.
+LOG_EVERY_S = 60.0
 
 SampleFn = Callable[[str, str, float], bool]
 
@@ -88,6 +98,7 @@ class TapPlugin:
         admin_url: str | None = None,
         admin_token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        known_prices: litellm_prices.Prices | None = None,
     ) -> None:
         self.sender = TapSender(
             tap_url, tap_token=tap_token, timeout_s=timeout_s, batch_size=batch_size, batch_bytes=batch_bytes,
@@ -106,36 +117,16 @@ class TapPlugin:
         self._trials: list[dict[str, Any]] | None = None
         self._trials_read_at = -float("inf")
         self._refresher: asyncio.Task[None] | None = None
+        #: LiteLLM's prices as they stood when the plugin was built (at the proxy's start,
+        #: before any request could re-price a model): see :mod:`litellm_prices`.
+        self._known_prices = dict(known_prices) if known_prices is not None else litellm_prices.snapshot_prices()
+        self._disputed_logged_at = -float("inf")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TapPlugin:
-        """An instance configured by ``LITELLM_SHADOWTRIAL_*`` variables; ValueError names a bad one."""
-
-        def get(name: str, default: str = "") -> str:
-            return environ.get(ENV_PREFIX + name, default)
-
-        def number(name: str, default: str, kind: Callable[[str], Any]) -> Any:
-            try:
-                return kind(get(name, default))
-            except ValueError:
-                raise ValueError(f"{ENV_PREFIX}{name} must be a number, not {get(name)!r}") from None
-
-        return cls(
-            get("TAP_URL", "http://127.0.0.1:8790/v1/exchanges"),
-            tap_token=get("TAP_TOKEN") or None,
-            gateway=get("GATEWAY", "litellm"),
-            default_team=get("DEFAULT_TEAM", "default"),
-            timeout_s=number("TIMEOUT_S", "0.5", float),
-            batch_size=number("BATCH", "100", int),
-            batch_bytes=number("BATCH_BYTES", str(1 << 20), int),
-            tap_max_bytes=number("TAP_MAX_BYTES", str(4 << 20), int),
-            flush_s=number("FLUSH_S", "0.2", float),
-            max_buffer=number("BUFFER", "5000", int),
-            buffer_bytes=number("BUFFER_BYTES", str(64 << 20), int),
-            stats_every_s=number("STATS_EVERY_S", "5", float),
-            admin_url=get("ADMIN_URL") or None,
-            admin_token=get("ADMIN_TOKEN") or None,
-        )
+        """An instance configured by ``LITELLM_SHADOWTRIAL_*`` variables; :class:`SettingError`
+        (a ValueError) names every variable that cannot be used."""
+        return cls(**read_settings(environ).as_kwargs())
 
     async def aclose(self) -> None:
         """Send what is buffered (one timeout per batch) and unreported drops, then close the client."""
@@ -166,16 +157,44 @@ class TapPlugin:
     # -- building an exchange --------------------------------------------------
 
     def exchange_from(self, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The tap exchange for one LiteLLM call, or None (counted ``skipped_<reason>``)."""
+        """The tap exchange for one LiteLLM call, or None (counted ``skipped_<reason>``, or
+        dropped ``no_call_id`` when only the call id is missing)."""
         slo = kwargs.get("standard_logging_object")
         if not isinstance(slo, dict):
             self._counts["skipped_incomplete"] += 1
             return None
-        mapped = to_exchange(slo, self.context_of(kwargs))
+        ctx = self.context_of(kwargs)
+        disputed = ctx.cost_trusted and litellm_prices.disputed(slo, self._known_price(kwargs, slo))
+        if disputed:
+            ctx = dataclasses.replace(ctx, cost_trusted=False)
+        no_call_id = not ctx.exchange_id
+        if no_call_id:  # mapped with a stand-in id only to tell a lost exchange from a skipped one
+            ctx = dataclasses.replace(ctx, exchange_id="-")
+        mapped = to_exchange(slo, ctx)
         if isinstance(mapped, Skip):
             self._counts[f"skipped_{mapped.reason}"] += 1
             return None
+        if no_call_id:
+            # A caller's empty x-litellm-call-id: no identity to make a case of. A real exchange
+            # lost, so a drop the sidecar hears of (the stats header), not a local skip.
+            self.sender.drop("no_call_id", 1)
+            return None
+        if disputed:
+            self._count_disputed(ctx.model)
         return mapped
+
+    def _known_price(self, kwargs: Mapping[str, Any], slo: Mapping[str, Any]) -> tuple[float, float] | None:
+        params = _dict(kwargs.get("litellm_params"))
+        model_info = _dict(_dict(params.get("metadata")).get("model_info")) or _dict(params.get("model_info"))
+        return litellm_prices.known_price(model_info, slo, self._known_prices)
+
+    def _count_disputed(self, model: str | None) -> None:
+        self._counts["cost_disputed"] += 1
+        now = time.monotonic()
+        if now - self._disputed_logged_at >= LOG_EVERY_S:
+            self._disputed_logged_at = now
+            log.warning("shadowtrial: LiteLLM's cost for %s is far from the deployment's price (a caller may have "
+                        "re-priced the model); sent without a cost (%d so far)", model, self._counts["cost_disputed"])
 
     def context_of(self, kwargs: Mapping[str, Any]) -> Context:
         """What the call's kwargs say that its logged payload cannot be trusted for."""
@@ -298,9 +317,33 @@ def _tap_class() -> type[TapPlugin]:
     return cast("type[TapPlugin]", cls)
 
 
-def build_from_env(environ: Mapping[str, str]) -> TapPlugin:
-    """A ``ShadowtrialTap`` configured from ``environ`` (needs LiteLLM importable)."""
-    return _tap_class().from_env(environ)
+@functools.lru_cache(maxsize=1)
+def _disabled_class() -> type[Any]:
+    """``ShadowtrialTapDisabled``: LiteLLM's ``CustomLogger`` doing nothing, with ``disabled_because``."""
+    base = importlib.import_module("litellm.integrations.custom_logger").CustomLogger
+
+    def __init__(self: Any, reason: str) -> None:
+        base.__init__(self)
+        self.disabled_because = reason
+
+    return type("ShadowtrialTapDisabled", (base,), {"__init__": __init__, "__module__": __name__})
+
+
+def build_from_env(environ: Mapping[str, str]) -> Any:
+    """A ``ShadowtrialTap`` configured from ``environ`` (needs LiteLLM importable).
+
+    A setting that cannot be used (or any failure to build) never stops the gateway: it is
+    logged in one line naming the variable(s), and a ``ShadowtrialTapDisabled`` that does
+    nothing is returned instead; the gateway serves as usual."""
+    try:
+        return _tap_class().from_env(environ)
+    except SettingError as exc:
+        reason = str(exc)
+    except Exception as exc:  # a bug of ours must not take the gateway down either
+        reason = f"it could not start ({type(exc).__name__})"
+    log.error("shadowtrial plugin disabled: %s; the gateway serves as usual, without handing exchanges to "
+              "shadowtrial", reason)
+    return _disabled_class()(reason)
 
 
 def __getattr__(name: str) -> Any:

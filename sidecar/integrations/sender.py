@@ -50,8 +50,9 @@ log = logging.getLogger("shadowtrial.plugin")
 
 #: The header every POST to the tap carries (read by ``sidecar.ingest.plugin_stats``).
 STATS_HEADER = "Shadowtrial-Plugin-Stats"
-#: Why exchanges are dropped after they were built (the sidecar exports no other reasons).
-DROP_REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error")
+#: Why exchanges are lost on the way (the sidecar exports no other reasons): after they were
+#: built, or (``no_call_id``) a served call the plugin could give no identity.
+DROP_REASONS = ("buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx", "error", "no_call_id")
 LOG_EVERY_S = 60.0
 #: The back-off after a tap that did not answer: the first, and the longest.
 BACKOFF_FIRST_S = 1.0

@@ -130,9 +130,51 @@ def test_settings_come_from_the_environment(plugin: types.ModuleType) -> None:
     assert (s.tap_url, s.batch_bytes, s.tap_max_bytes, s.buffer_bytes, s.stats_every_s, cb.gateway) == (
         "http://tap/v1/exchanges", 65536, 1048576, 8388608, 2.5, "gw-eu")
     with pytest.raises(ValueError, match="LITELLM_SHADOWTRIAL_BATCH_BYTES"):
-        plugin.build_from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "1MB"})
-    with pytest.raises(ValueError):
-        plugin.build_from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "0"})
+        plugin.TapPlugin.from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "1MB"})
+    with pytest.raises(ValueError, match="LITELLM_SHADOWTRIAL_BATCH_BYTES"):
+        plugin.TapPlugin.from_env({"LITELLM_SHADOWTRIAL_BATCH_BYTES": "0"})
+
+
+#: Issue 21, item 10: settings that used to stop the gateway (``TIMEOUT_S=0``, ``BATCH=0``
+#: exited the proxy with a message about ``batch_size``) or make no sense.
+BAD_SETTINGS = {
+    "TIMEOUT_S": "0", "BATCH": "0", "BATCH_BYTES": "-1", "TAP_MAX_BYTES": "4MB", "FLUSH_S": "-0.5",
+    "BUFFER": "lots", "BUFFER_BYTES": "1e9", "STATS_EVERY_S": "nan", "TAP_URL": "ftp://tap.internal/",
+    "ADMIN_URL": "sk-pasted-by-mistake",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SETTINGS))
+def test_item10_a_bad_setting_disables_the_plugin_in_one_line(
+    plugin: types.ModuleType, name: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    variable = "LITELLM_SHADOWTRIAL_" + name
+    with caplog.at_level("INFO", logger="shadowtrial"):
+        cb = plugin.build_from_env({variable: BAD_SETTINGS[name], "LITELLM_SHADOWTRIAL_TAP_TOKEN": "sk-tap-secret"})
+    assert type(cb).__name__ == "ShadowtrialTapDisabled" and not isinstance(cb, plugin.TapPlugin)
+    assert variable in cb.disabled_because
+    [record] = caplog.records
+    line = record.getMessage()
+    assert variable in line and "disabled" in line and "\n" not in line
+    # Named as the operator wrote it: no internal parameter, no value (it may be a secret).
+    for internal in ("batch_size", "timeout_s", "max_buffer", "tap_max_bytes", "flush_s", "stats_every_s"):
+        assert internal not in line
+    assert "sk-tap-secret" not in line
+    if len(BAD_SETTINGS[name]) > 3:  # ("0" is in "above 0")
+        assert BAD_SETTINGS[name] not in line
+
+
+def test_item10_every_bad_setting_is_named_in_the_one_line(
+    plugin: types.ModuleType, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("INFO", logger="shadowtrial"):
+        cb = plugin.build_from_env({"LITELLM_SHADOWTRIAL_TIMEOUT_S": "0", "LITELLM_SHADOWTRIAL_BATCH": "0"})
+    [record] = caplog.records
+    assert "LITELLM_SHADOWTRIAL_TIMEOUT_S" in record.getMessage() and "LITELLM_SHADOWTRIAL_BATCH " in record.getMessage()
+    assert type(cb).__name__ == "ShadowtrialTapDisabled"
+    # Good settings still build the plugin, and an empty variable means its default.
+    good = plugin.build_from_env({"LITELLM_SHADOWTRIAL_FLUSH_S": "0", "LITELLM_SHADOWTRIAL_BATCH": ""})
+    assert isinstance(good, plugin.TapPlugin) and (good.sender.flush_s, good.sender.batch_size) == (0.0, 100)
 
 
 # -- item 1: the team -----------------------------------------------------------
@@ -177,6 +219,38 @@ def logged_cost(name: str) -> float:
     return float(kwargs_of(name)["standard_logging_object"]["response_cost"])
 
 
+#: LiteLLM's shipped price of gpt-4o-mini (the ``map-priced`` deployment), USD per token.
+MAP_PRICES = {"gpt-4o-mini": (0.15e-6, 0.6e-6)}
+
+
+def test_item9_a_cost_far_from_the_deployments_price_is_not_sent(plugin: types.ModuleType) -> None:
+    """Issue 21, item 9: after a caller re-priced a model for the whole proxy, LiteLLM logs the
+    caller's figure for everyone's calls. The plugin compares each cost with the deployment's
+    known price — its ``model_info`` (plain_tools), else LiteLLM's map as it stood when the
+    plugin was built (map_priced) — and sends none when it is far off."""
+    cb = plugin.ShadowtrialTap(known_prices=MAP_PRICES)
+
+    def sent_cost(name: str, factor: float) -> float | None:
+        kwargs = kwargs_of(name)
+        kwargs["standard_logging_object"]["response_cost"] *= factor
+        ex = cb.exchange_from(kwargs)
+        assert ex is not None
+        cost: float | None = ex["response"]["usage"].get("cost_usd")
+        return cost
+
+    for name in ("plain_tools", "map_priced"):
+        assert sent_cost(name, 1.0) == pytest.approx(logged_cost(name)), name
+        assert sent_cost(name, 1.5) == pytest.approx(1.5 * logged_cost(name)), name  # a long-context tier
+        assert sent_cost(name, 0.2) == pytest.approx(0.2 * logged_cost(name)), name  # cached input
+        assert sent_cost(name, 1e5) is None, name  # re-priced: $1 a token
+        assert sent_cost(name, 1e-3) is None, name
+    assert cb.stats()["cost_disputed"] == 4
+    # Without a known price (no model_info prices, the model not in the map) the cost is sent as
+    # it is: the sidecar then trusts it only for trials that have no price (docs/litellm.md).
+    assert plugin.ShadowtrialTap(known_prices={}).exchange_from(kwargs_of("map_priced"))["response"]["usage"][
+        "cost_usd"] == pytest.approx(logged_cost("map_priced"))
+
+
 def test_the_cost_rule() -> None:
     base = {"response_cost": 0.0, "response_cost_failure_debug_info": None, "cache_hit": False}
     assert slo.known_cost(base, zero_is_known=False) is None
@@ -202,7 +276,34 @@ def test_item3_the_exchange_id_is_litellm_call_id(plugin: types.ModuleType) -> N
     assert cb.exchange_from(kwargs_of("call_id_header"))["exchange_id"] == "caller-chosen-id-1"
     # Without a call id there is no exchange (the upstream's id is never the fallback).
     del kwargs["litellm_call_id"], kwargs["litellm_params"]["litellm_call_id"]
-    assert cb.exchange_from(kwargs) is None and cb.stats()["skipped_incomplete"] == 1
+    assert cb.exchange_from(kwargs) is None and cb.stats()["dropped_no_call_id"] == 1
+    assert "skipped_incomplete" not in cb.stats()
+
+
+async def test_item10_an_empty_call_id_is_a_drop_the_sidecar_counts(tmp_path: Path, plugin: types.ModuleType) -> None:
+    """A caller's empty ``x-litellm-call-id`` leaves LiteLLM's call id empty: the exchange cannot
+    be a case, and the sidecar's ``/metrics`` counts it with the other drops (it used to be a
+    skip only the plugin's own ``stats()`` knew of). What is not an exchange anyway stays a skip."""
+    async with Harness(tmp_path) as h:
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05, stats_every_s=0.05)
+        for i in range(3):
+            kwargs = small_kwargs(i)
+            kwargs["litellm_call_id"] = kwargs["litellm_params"]["litellm_call_id"] = ""
+            await cb.async_log_success_event(kwargs, None, None, None)
+        shadow = kwargs_of("shadow_header")
+        shadow["litellm_call_id"] = shadow["litellm_params"]["litellm_call_id"] = ""
+        await cb.async_log_success_event(shadow, None, None, None)
+        await cb.async_log_success_event(small_kwargs(9), None, None, None)
+        assert (cb.stats()["dropped_no_call_id"], cb.stats()["skipped_shadow_call"], cb.stats()["queued"]) == (3, 1, 1)
+        line = 'shadowtrial_plugin_dropped_total{reason="no_call_id"}'
+
+        async def counted() -> bool:
+            return await metric(h, line) == 3
+
+        await wait_for(counted, what="the no_call_id drops in the sidecar's /metrics")
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) == 1), what="the good exchange sent")
+        assert h.runtime.counters["exchanges_received"] == 1
+        await cb.aclose()
 
 
 async def test_item3_repeated_upstream_ids_stay_distinct_cases(tmp_path: Path, plugin: types.ModuleType) -> None:
@@ -488,7 +589,7 @@ def test_the_sidecar_keeps_plugin_stats_bounded() -> None:
     assert len(stats) == MAX_INSTANCES
     assert stats.totals()["unreachable"] == MAX_INSTANCES + 10 and stats.totals()["timeout"] == 3
     assert set(stats.totals()) == {"buffer_full", "too_large", "timeout", "unreachable", "http_4xx", "http_5xx",
-                                   "error", "other"}
+                                   "error", "no_call_id", "other"}
 
 
 async def test_malformed_stats_headers_never_fail_a_batch(tmp_path: Path) -> None:
