@@ -631,6 +631,9 @@ DEPLOYMENTS = (
     Deployment("unpriced-model", "unpriced-model", None),  # not in LiteLLM's cost map, no model_info price
     Deployment("fixed-model", "fixed-model", PRICED),  # the same bytes on every call
     Deployment("repeat-model", "repeat-model", PRICED),  # the same response id on every call
+    # Re-priced by a caller in the re-pricing test only (the price stays changed for the proxy's life):
+    Deployment("map-model", "gpt-4o-mini", None),  # priced by LiteLLM's shipped map, no model_info price
+    Deployment("unlisted-model", "unlisted-model", None),  # in no price map, no model_info price
 )
 WEBHOOK_TEAM = "team-w"
 
@@ -643,6 +646,8 @@ def upstream_models() -> dict[str, Any]:
         "unpriced-model": FakeModel(quality=0.2, quality_noise=0.0),
         "fixed-model": FakeModel(quality=0.5, quality_noise=0.0, filler_words=(12, 12), response_id="chatcmpl-fixed"),
         "repeat-model": FakeModel(quality=0.2, quality_noise=0.0, response_id="chatcmpl-repeat"),
+        "gpt-4o-mini": FakeModel(quality=0.2, quality_noise=0.0),
+        "unlisted-model": FakeModel(quality=0.2, quality_noise=0.0),
     }
 
 

@@ -106,7 +106,8 @@ class FakeModel:
     rate_conflicting_labels: float = 0.0
     position_bias: float = 0.0
     #: Report this (input, output) usage instead of the true one: a provider whose figures
-    #: are wrong (over-reported, negative, absurd, not numbers).
+    #: are wrong (over-reported, negative, absurd, not numbers) or quirky (``50.0``; a float
+    #: NaN or infinity goes out as the JSON literal ``NaN``/``Infinity``, as Python writes it).
     usage_override: tuple[Any, Any] | None = None
     #: Give every chat-completions answer (streamed or not) this id instead of a per-call
     #: one: a provider whose ids repeat (as they do after an upstream restart).

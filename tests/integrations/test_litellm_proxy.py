@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,11 +39,14 @@ import pytest
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, wait_for
 from tests.litellm_proxy import (  # noqa: F401  (fixtures)
+    DEPLOYMENTS,
+    PLUGIN_CALLBACK,
     PRICED,
     WEBHOOK_TEAM,
     Gateway,
     LiteLLMProxy,
     gateway,
+    launch,
     litellm_venv,
 )
 
@@ -119,7 +123,7 @@ async def chat(
     else:
         body = json.loads(raw)
         text, usage = body["choices"][0]["message"]["content"], body["usage"]
-    return Served(content, headers["x-litellm-call-id"], text, raw, headers, usage)
+    return Served(content, headers.get("x-litellm-call-id", ""), text, raw, headers, usage)
 
 
 def token() -> str:
@@ -372,6 +376,99 @@ async def test_plugin_drops_while_the_sidecar_is_down_reach_its_metrics(gateway:
 
     await wait_for(counted, what="the plugin's http_5xx drops in /metrics")
     assert not [ex for ex in delivered(gateway) if prompt_of(ex) == lost.prompt]  # lost, not retried
+
+
+#: A trial's configured incumbent price, per million tokens (input, output).
+VICTIM_PRICE = (3.0, 12.0)
+#: What the attacker's request body sets, USD per token: $1 a token.
+ATTACK_PRICE = {"input_cost_per_token": 1.0, "output_cost_per_token": 1.0}
+
+
+async def test_plugin_repricing_by_one_caller_never_changes_another_teams_recorded_cost(
+    gateway: Gateway, sidecar: Harness, tmp_path: Path,
+) -> None:
+    """Issue 21, item 9, on the real proxy. A caller of team-a sends prices in its request
+    body; LiteLLM 1.80.0 then prices *every* later call of those models at $1 a token. The
+    victim team's recorded incumbent cost stays tokens × its trial's configured price:
+
+    - ``map-model`` (priced by LiteLLM's shipped map): the plugin sees the re-priced cost is far
+      from the price it read at start-up and sends no cost (disputed);
+    - ``unlisted-model`` (in no map: nothing to compare with): the plugin passes LiteLLM's figure
+      on, and the sidecar records the trial's configured price instead."""
+    price = {"input_per_mtok_usd": VICTIM_PRICE[0], "output_per_mtok_usd": VICTIM_PRICE[1]}
+    trials = {model: await sidecar.create_trial(team="victim", incumbent_model=model, sample_rate=1.0,
+                                                incumbent_price=price)
+              for model in ("map-model", "unlisted-model")}
+    marker = token()
+    before = await chat(gateway.plugin, "sk-victim", f"before {marker}", model="map-model")
+    attacks = [await chat(gateway.plugin, "sk-team-a", f"attack {model} {marker}", model=model, extra_body=ATTACK_PRICE)
+               for model in ("map-model", "unlisted-model")]
+    after = {model: await chat(gateway.plugin, "sk-victim", f"after {model} {marker}", model=model)
+             for model in ("map-model", "unlisted-model")}
+    got = await exchanges_for(gateway, [before, *attacks, *after.values()])
+    for call in attacks:
+        assert got[call.call_id]["team"] == "team-a" and "cost_usd" not in got[call.call_id]["response"]["usage"]
+    assert 0 < got[before.call_id]["response"]["usage"]["cost_usd"] < 0.001  # gpt-4o-mini's list price
+    assert "cost_usd" not in got[after["map-model"].call_id]["response"]["usage"]  # disputed by the plugin
+    unlisted = after["unlisted-model"]
+    assert unlisted.usage is not None
+    repriced = got[unlisted.call_id]["response"]["usage"].get("cost_usd")
+    print(f"\nLiteLLM's cost of the victim's unlisted-model call after the attack: {repriced}")
+    assert repriced == pytest.approx(unlisted.usage["prompt_tokens"] + unlisted.usage["completion_tokens"])
+    await sidecar.settle(trials["map-model"]["id"], 2)
+    await sidecar.settle(trials["unlisted-model"]["id"], 1)
+    conn = sqlite3.connect(tmp_path / "trials.db")
+    try:
+        rows = conn.execute("SELECT exchange_id, incumbent_cost_micros, incumbent_cost_coverage FROM cases").fetchall()
+    finally:
+        conn.close()
+    recorded = {exchange_id: (micros, coverage) for exchange_id, micros, coverage in rows}
+    for call in (before, *after.values()):
+        assert call.usage is not None
+        configured = -(-(call.usage["prompt_tokens"] * 3 + call.usage["completion_tokens"] * 12) // 1)
+        print(f"victim call {call.call_id[:8]}: recorded {recorded[call.call_id]}, configured price {configured} µ$")
+        assert recorded[call.call_id] == (configured, "complete")
+
+
+async def test_plugin_empty_call_id_is_a_drop_on_the_sidecars_metrics(gateway: Gateway, sidecar: Harness) -> None:
+    """Issue 21, item 10: a caller's empty ``x-litellm-call-id`` leaves the call without an id;
+    the plugin drops it and the sidecar's ``/metrics`` counts it with the other drops."""
+    line = 'shadowtrial_plugin_dropped_total{reason="no_call_id"}'
+    before = await metric(sidecar, line) or 0
+    marker = token()
+    empty = await chat(gateway.plugin, "sk-team-h", f"empty id {marker}", extra_headers={"x-litellm-call-id": ""})
+    assert empty.call_id == "" and empty.text
+    good = await chat(gateway.plugin, "sk-team-h", f"good id {marker}")
+    await exchanges_for(gateway, [good])
+
+    async def counted() -> bool:
+        return (await metric(sidecar, line) or 0) > before
+
+    await wait_for(counted, what="the no_call_id drop in the sidecar's /metrics")
+    assert not [ex for ex in delivered(gateway, accepted_only=False) if prompt_of(ex) == empty.prompt]
+
+
+async def test_plugin_bad_settings_leave_the_gateway_serving(
+    gateway: Gateway, litellm_venv: Path, tmp_path: Path,
+) -> None:
+    """Issue 21, item 10: ``TIMEOUT_S=0`` and ``BATCH=0`` used to exit the proxy at start-up with
+    a message about ``batch_size``. Now the proxy starts and serves; its log holds one line
+    naming both variables, and the plugin does nothing."""
+    env = {"LITELLM_SHADOWTRIAL_TAP_URL": f"{gateway.relay.root_url}/v1/exchanges",
+           "LITELLM_SHADOWTRIAL_TIMEOUT_S": "0", "LITELLM_SHADOWTRIAL_BATCH": "0"}
+    gateway.relay.clear()
+    with launch(litellm_venv, tmp_path, upstream=gateway.upstream.base_url, deployments=DEPLOYMENTS,
+                specs={"misconfigured": ((PLUGIN_CALLBACK,), env)}) as proxies:
+        proxy = proxies["misconfigured"]
+        served = await chat(proxy, "sk-team-a", f"still serving {token()}")
+        assert served.text
+        log = proxy.log_text()
+    lines = [line for line in log.splitlines() if "LITELLM_SHADOWTRIAL_" in line]
+    print("\n" + "\n".join(lines))
+    assert len(lines) == 1 and "shadowtrial plugin disabled" in lines[0]
+    assert "LITELLM_SHADOWTRIAL_TIMEOUT_S" in lines[0] and "LITELLM_SHADOWTRIAL_BATCH " in lines[0]
+    assert "batch_size" not in log and "timeout_s" not in log
+    assert not gateway.relay.deliveries()  # the disabled plugin sent nothing
 
 
 # --- the webhook (the generic API logger's format) ----------------------------------------
