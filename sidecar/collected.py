@@ -10,7 +10,9 @@ revision, whatever order records came in (:func:`apply_spec`): created as the sp
 paused or stopped with it, run again (and re-pinned) when a resume says so. A trial whose
 copy has ended here (its cap reached at this site, or stopped) stays ended. Stored
 ``exchange`` records are then run by :class:`~sidecar.control_plane.ControlPlane` while the
-copy is running at the control plane; ``GET /v1/trials`` shows each copy's own figures.
+copy is running at the control plane; those of a copy paused or re-pinned elsewhere before
+they ran are recorded ``shed_stopped`` there, once (issue 21 item 8). ``GET /v1/trials`` shows
+each copy's own figures, its funnel included.
 """
 
 from __future__ import annotations
@@ -79,12 +81,20 @@ class CollectedRecords:
         self._clock = clock
 
     async def put(self, records: Sequence[Held]) -> list[str]:
-        stored = await self.store.put_collected(records)
+        # The batch's specs are stored and applied before its other records: an exchange that
+        # comes in the same batch as its trial's pause is never seen pending under the old
+        # status, so it is counted ``shed_stopped`` (issue 21 item 8) rather than run for a
+        # paused trial. Each part is one transaction; a batch stored in part is sent again.
+        spec_records = [h for h in records if h.kind == "trial_spec"]
+        stored = await self.store.put_collected(spec_records) if spec_records else []
         # Applied for every spec of the batch, held before or not: a batch whose apply failed after
         # its records were stored is sent again, and applying the latest spec is idempotent.
-        specs = sorted({h.trial_id for h in records if h.kind == "trial_spec" and h.trial_id})
+        specs = sorted({h.trial_id for h in spec_records if h.trial_id})
         for trial_id in specs:
             await apply_spec(self.store, trial_id, now=self._clock())
+        rest = [h for h in records if h.kind != "trial_spec"]
+        if rest:
+            stored += await self.store.put_collected(rest)
         if self.control_plane is not None and (specs or any(h.kind == "exchange" for h in records)):
             self.control_plane.wake()  # new exchanges to run, or a trial to run (again)
         return stored

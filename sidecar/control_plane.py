@@ -7,11 +7,19 @@ its config), and its own store — the collector's. Every case goes through the 
 ledger, so the cap is the trial's cap, and ``claim_case`` deduplicates (trial, exchange):
 a case is judged once however often its exchange is offered.
 
-No shedding here: the engine is driven from the *stored* records. One task offers the
+No shedding for room here: the engine is driven from the *stored* records. One task offers the
 stored exchanges of running control-plane trials that have no case yet
 (:meth:`~sidecar.store.base.CollectedStore.pending_exchanges`) as the engine's hand-off has
 room; it looks again when a batch is stored, when a case finishes, and every
-``POLL_S``. An exchange is acknowledged to the sidecar once stored, so a collector that
+``POLL_S``.
+
+Every stored exchange gets exactly one outcome here (issue 21 item 8). One whose trial is
+paused, or re-pinned to another site by a resume, when the task comes to it — forwarded
+before the pause, and held while the collector was away or in the same batch as the pause —
+is recorded ``shed_stopped`` as a finished case of the trial
+(:meth:`ControlPlane.settle_unrunnable`), counted in its funnel here, and never run later:
+as a sidecar's engine sheds the claims it holds when its trial pauses. The sidecar counts
+nothing for an exchange it forwarded; the two funnels add up to what was sampled. An exchange is acknowledged to the sidecar once stored, so a collector that
 restarts loses nothing: what it had not claimed is offered again by the next life (a case
 in flight at a crash is marked ``indeterminate`` by recovery, like a sidecar's, and not re-run).
 """
@@ -28,6 +36,7 @@ import msgspec
 
 from policies.site import Site
 from sidecar.config import Config
+from sidecar.engine.case import case_id_for
 from sidecar.engine.engine import Claim, Engine
 from sidecar.engine.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
@@ -35,6 +44,7 @@ from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 from sidecar.store import make_store
 from sidecar.store.base import Store
+from sidecar.store.records import CaseFinish, CaseStart
 from sidecar.telemetry import CountingFunnel
 from uplink.schema import ExchangeRecord
 
@@ -43,6 +53,10 @@ log = logging.getLogger("shadowtrial.control_plane")
 SITE: Site = "control_plane"
 #: How often stored exchanges are looked at when nothing wakes the driver.
 POLL_S = 0.5
+#: The most exchanges of paused or re-pinned trials recorded in one pass.
+SETTLE_BATCH = 500
+#: Why such an exchange was not run (the case's error; no content).
+NOT_RUN = "its trial was paused or re-pinned before the control plane ran it"
 
 _exchange = msgspec.json.Decoder(ExchangeRecord)
 
@@ -101,6 +115,7 @@ class ControlPlane:
             clock=clock,
             site=SITE,
         )
+        self._clock = clock
         self._store: Store | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -141,6 +156,7 @@ class ControlPlane:
         while True:
             self._wake.clear()
             try:
+                await self.settle_unrunnable()
                 await self.offer_pending()
             except asyncio.CancelledError:
                 raise
@@ -150,6 +166,52 @@ class ControlPlane:
                 await asyncio.wait_for(self._wake.wait(), timeout=POLL_S)
             except asyncio.TimeoutError:
                 pass
+
+    async def settle_unrunnable(self) -> int:
+        """Record ``shed_stopped`` each stored exchange, with no case yet, of a trial that is
+        paused or pinned to another site (see the module's docs); how many were recorded now.
+
+        Through the case ledger, under the engine's owner: the claim of a paused (or ended)
+        trial's case is recorded at once with its outcome and counted; one of a trial
+        re-pinned elsewhere (running, so claimed) is finished ``shed_stopped`` at once. A
+        (trial, exchange) with a case already — run, or counted, on this or another
+        collector — is a duplicate and counts nothing, so each is counted once; a crash
+        between the claim and its finish leaves the case to the lease's recovery
+        (``indeterminate``), still one outcome."""
+        assert self._store is not None
+        store = self._store
+        bodies = await store.unrunnable_exchanges(limit=SETTLE_BATCH + len(self._bad))
+        recorded = 0
+        for body in bodies:
+            if body in self._bad:
+                continue
+            try:
+                claim = claim_of(body)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                log.error("a stored exchange record cannot be read (%s); it is skipped", type(exc).__name__)
+                self._bad.add(body)
+                continue
+            trial_id, exchange_id, now = claim.trial_id, claim.exchange.exchange_id, self._clock()
+            start = CaseStart(
+                case_id=case_id_for(trial_id, exchange_id), trial_id=trial_id, exchange_id=exchange_id,
+                owner=self.engine.owner, incumbent_latency_ms=None, incumbent_output_tokens=None,
+                incumbent_cost_micros=0, incumbent_cost_coverage="unknown", created_at=now,
+            )
+            claimed = await store.claim_case(start)
+            if claimed == "not_running":
+                recorded += 1
+            elif claimed == "claimed":
+                finish = CaseFinish(
+                    case_id=start.case_id, trial_id=trial_id, outcome="shed_stopped", charged_micros=0, known_micros=0,
+                    unknown_calls=0, priced_calls=0, candidate_cost_micros=None, candidate_cost_coverage="unknown",
+                    judge_cost_micros=None, judge_cost_coverage="unknown", candidate_latency_ms=None,
+                    candidate_output_tokens=None, score=None, error=NOT_RUN, finished_at=now, exchange_id=exchange_id,
+                )
+                if await store.finish_case(finish, self.engine.owner):
+                    recorded += 1
+        if recorded:
+            log.warning("%d stored exchange(s) of paused or re-pinned trials recorded shed_stopped", recorded)
+        return recorded
 
     async def offer_pending(self) -> int:
         """Offer stored exchanges without a case to the engine, as many as it has room for."""

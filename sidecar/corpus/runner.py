@@ -29,7 +29,9 @@ crash nothing refreshes them: once a lease has ended, :meth:`expire_claims` make
 An identity that has any attempt is never claimed again by the scheduler; only an explicit
 linked retry (``POST /v1/comparisons/{id}/retry``) queues a new attempt, which the runner
 then runs. A graceful :meth:`stop` takes no new item and drains the items in hand within
-``drain_s``; what is still in hand then is made indeterminate at once.
+``drain_s`` — every item the runner took before the stop began, the one it was taking at
+that moment included (issue 21 item 11): their claimed invocations finish and are graded;
+what is still in hand at the deadline is made indeterminate at once.
 
 **Cancelled arms** (``POST /v1/comparisons/{id}/arms/{arm}/cancel``) are skipped from the
 next item on; their peers carry on.
@@ -130,12 +132,23 @@ class CorpusRunner:
         if self._wake is not None:
             self._wake.set()
 
+    @property
+    def stopping(self) -> bool:
+        """True from the moment :meth:`stop` is called: no new item is taken."""
+        return self._stopping
+
     async def stop(self) -> None:
-        """Take no new item; drain the items in hand within ``drain_s``; what is left is retired."""
+        """Take no new item; drain the items in hand within ``drain_s``; what is left is retired.
+
+        The drain waits for the driver as well as the items in hand: the driver takes no new
+        item once stopping and returns only when the items it took are done, so an item it was
+        taking as the stop began (created after a snapshot of the items in hand would have been
+        taken) is drained too, never cancelled with its invocations claimed."""
         self._stopping = True
         self.wake()
-        if self._in_hand:
-            await asyncio.wait(set(self._in_hand), timeout=self.settings.drain_s)
+        waiting = {t for t in (self._task, *self._in_hand) if t is not None and not t.done()}
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.settings.drain_s)
         for t in (self._task, self._refresher, *self._in_hand):
             if t is not None:
                 t.cancel()
@@ -206,6 +219,9 @@ class CorpusRunner:
                 slots.release()
                 break
             fresh = await self._store.get_run(comparison.id)
+            if self._stopping:  # the stop began while this item was being taken: it claims nothing
+                slots.release()
+                break
             if fresh is not None:
                 state.cancelled = set(json.loads(fresh.cancelled_arms))
             task = asyncio.create_task(self._item_in_hand(state, index, item, slots))

@@ -299,6 +299,14 @@ class CollectedStore(Protocol):
         once with its ended outcome, so every stored exchange is counted once)."""
         ...
 
+    async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
+        """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
+        their exchange yet, of trials this store holds that will not run them: paused, or pinned
+        to another site since (re-pinned by a resume). The collector records each ``shed_stopped``
+        (:meth:`sidecar.control_plane.ControlPlane.settle_unrunnable`), so every stored exchange
+        gets its one outcome even when its trial paused before it ran."""
+        ...
+
     async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` of the team's held ``exchange`` records with ``seq > after_seq``, in
         arrival order: ``(seq, body)`` — the control plane's retained traffic, for seeding

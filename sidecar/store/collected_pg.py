@@ -66,6 +66,16 @@ class PostgresCollected:
         )
         return [bytes(r["body"]) for r in rows]
 
+    async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
+        rows = await self._open_pool().fetch(
+            "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+            "WHERE r.kind = 'exchange' AND (t.execution_site != 'control_plane' "
+            "OR t.status IN ('posture_changed', 'starter_unauthorized')) "
+            "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
+            "ORDER BY r.seq LIMIT $1", limit,
+        )
+        return [bytes(r["body"]) for r in rows]
+
     async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
         rows = await self._open_pool().fetch(
             "SELECT r.seq, r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "

@@ -74,6 +74,19 @@ class SQLiteCollected:
 
         return await self._run(fn)
 
+    async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
+        def fn(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+                "WHERE r.kind = 'exchange' AND (t.execution_site != 'control_plane' "
+                "OR t.status IN ('posture_changed', 'starter_unauthorized')) "
+                "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id) "
+                "ORDER BY r.seq LIMIT ?", (limit,),
+            ).fetchall()
+            return [bytes(r["body"]) for r in rows]
+
+        return await self._run(fn)
+
     async def collected_exchanges(self, team: str, *, after_seq: int, limit: int) -> list[tuple[int, bytes]]:
         def fn(conn: sqlite3.Connection) -> list[tuple[int, bytes]]:
             rows = conn.execute(

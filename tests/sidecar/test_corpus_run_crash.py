@@ -77,9 +77,14 @@ async def test_sigkill_mid_experiment_leaves_the_call_in_flight_indeterminate_an
             gid = started.json()["id"]
 
             async def stalled() -> bool:
-                return fake.calls[CANDIDATE] >= 2
+                # The candidate's second call stalls; the baseline's call of the same item has
+                # answered and is recorded (3 completed), so only the stalled call is in flight.
+                if fake.calls[CANDIDATE] < 2:
+                    return False
+                attempts = (await api.call("GET", f"/v1/comparisons/{gid}/attempts")).json()["attempts"]
+                return sum(a["status"] == "completed" for a in attempts) >= 3
 
-            await wait_for(stalled, what="the candidate's second call in flight")
+            await wait_for(stalled, what="the candidate's second call in flight, the baseline's recorded")
             await first.kill(signal.SIGKILL)
             await api.aclose()
             at_kill = {m: fake.calls[m] for m in (INCUMBENT, CANDIDATE)}
