@@ -171,7 +171,7 @@ class Runtime:
         #: feeds nothing (no replay can be created, and a running one waits for its key).
         self.replays = ReplayFeeder(
             self.store, self.handoff, Sealer(config.secrets.retention_key) if config.secrets.retention_key else None,
-            self.funnel, clock=clock,
+            self.funnel, clock=clock, window_seconds=config.retention.window_seconds,
         )
         self.ready = False
         #: What ``/readyz`` says while not ready.
