@@ -127,7 +127,7 @@ class Journal:
 
     def open(self) -> list[Claim]:
         """Take the directory and start a new segment; returns, unnumbered, the claims a
-        previous life left. The caller numbers them, offers them, writes (:meth:`write`) those the
+        previous life left with no recorded outcome (those its ``done_through`` covers are dropped). The caller numbers them, offers them, writes (:meth:`write`) those the
         hand-off took, then calls :meth:`forget_previous`."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,8 @@ class Journal:
         self.already_done = total - len(left)
         self.unreadable = sum(seg.unreadable for seg in segments)
         if total:
-            log.warning(
+            log.log(
+                logging.WARNING if left else logging.INFO,
                 "intake journal %s: %d %s of the previous run had no recorded outcome and are offered again "
                 "to run (%d more in the journal had theirs and are dropped)",
                 self.dir.name, len(left), self._what, self.already_done,

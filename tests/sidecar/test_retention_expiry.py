@@ -84,6 +84,10 @@ async def test_a_quiet_sidecar_evicts_expired_exchanges_on_time(tmp_path: Path) 
         await wait_for(evicted, timeout=10.0, what="the quiet window to evict its expired exchanges")
         took = time.monotonic() - started
         counters = dict(h.runtime.counters)
+        assert h.admin is not None  # the case: a replay asked for after the quiet 5 s
+        r = await h.admin.post("/v1/trials", json=replay_body())
+    assert r.status_code == 409 and r.json()["error"]["code"] == "replay_window_empty", r.text
+    assert h.fake.calls[CANDIDATE] == 0
     from sidecar.retention.window import sweep_interval
 
     print(f"\nwindow_seconds=3, 30 kept, clock +5 s: evicted by age {counters['retention_evicted_age']} "
