@@ -152,26 +152,29 @@ class Runtime:
         #: The alert webhook (``[alerts] webhook_url`` set), started and stopped with the runtime.
         self.webhook: AlertWebhook | None = None
         intake = config.store.intake_dir
+        #: With a retention key, every body kept at rest is sealed with it: the window's, a
+        #: case's kept bodies, and both intake journals' (issue 21, item 13).
+        sealer = Sealer(config.secrets.retention_key) if config.secrets.retention_key else None
         #: Sampled claims written before the tap answers (:mod:`sidecar.ingest.journal`): the
         #: local engine's, and the forwarder's in a directory of their own, until each is done.
-        self.journal: Journal | None = Journal(intake) if intake else None
+        self.journal: Journal | None = Journal(intake, sealer=sealer) if intake else None
         self.forward_journal: Journal | None = (
-            Journal(os.path.join(intake, "forward")) if intake and self.forwarder is not None else None
+            Journal(os.path.join(intake, "forward"), sealer=sealer, what="forwarded exchange(s)")
+            if intake and self.forwarder is not None else None
         )
         journals = {SITE: self.journal, FORWARDED_SITE: self.forward_journal}
         self.journals: Mapping[str, Journal] = {site: j for site, j in journals.items() if j is not None}
         #: The retention window (``[retention]`` with a key): the tap offers it every exchange.
         self.retention: RetentionWindow | None = None
-        if config.retention.enabled and config.secrets.retention_key is not None:
+        if config.retention.enabled and sealer is not None:
             self.retention = RetentionWindow(
-                config.retention, Sealer(config.secrets.retention_key), self.store, self.counters,
+                config.retention, sealer, self.store, self.counters,
                 default_retention=self.prompt_retention, clock=clock,
             )
         #: Replay trials' feeders (:mod:`sidecar.retention.replay`); without a retention key it
         #: feeds nothing (no replay can be created, and a running one waits for its key).
         self.replays = ReplayFeeder(
-            self.store, self.handoff, Sealer(config.secrets.retention_key) if config.secrets.retention_key else None,
-            self.funnel, clock=clock,
+            self.store, self.handoff, sealer, self.funnel, clock=clock, window_seconds=config.retention.window_seconds,
         )
         self.ready = False
         #: What ``/readyz`` says while not ready.

@@ -24,6 +24,10 @@ page handed off but not recorded (a crash in between) is fed again, and the stor
 (Claims of a page still queued at an orderly stop are counted ``shed_stopped`` and not fed
 again.)
 
+Only what the window still holds is read: each page is selected with the window's age bound
+on the injected clock (``kept_at`` at or after now minus ``window_seconds``), so an exchange
+that expired while the trial waited — evicted yet or not — is never fed (issue 21, item 12).
+
 The trial ends — ``stopped``, reason ``replay window exhausted`` — once the window has no
 more to feed and every fed exchange has its funnel outcome. A trial stopped, capped or
 paused meanwhile stops its feeder at the next page.
@@ -60,12 +64,13 @@ class _Pending(Protocol):
     def pending(self, trial_id: str) -> dict[str, int]: ...
 
 
-def selection(record: TrialRecord) -> RetainedSelection:
-    """What a replay trial reads of the window."""
+def selection(record: TrialRecord, *, kept_after: float | None = None) -> RetainedSelection:
+    """What a replay trial reads of the window; ``kept_after``: the window's age bound now
+    (:meth:`~sidecar.retention.window.RetentionWindow.keep_after`), so nothing expired is read."""
     assert record.source_from is not None and record.source_to is not None
     return RetainedSelection(
         team=record.team, served_from=record.source_from, served_to=record.source_to,
-        model=record.incumbent_model, route=record.route, gateway=record.gateway,
+        model=record.incumbent_model, route=record.route, gateway=record.gateway, kept_after=kept_after,
     )
 
 
@@ -73,17 +78,19 @@ class ReplayFeeder:
     """One task per running replay trial, on the loop of ``store`` (the admin's).
 
     :meth:`feed` starts a trial's task (once); :meth:`resume` starts every running replay
-    trial's at start-up; :meth:`stop` cancels them (their progress is stored per page)."""
+    trial's at start-up; :meth:`stop` cancels them (their progress is stored per page).
+    ``window_seconds``: the window's age bound (``None``: none), applied to every page read."""
 
     def __init__(
         self, store: Store, handoff: Handoff[Claim], sealer: Sealer | None, funnel: _Pending,
-        *, clock: Callable[[], float] = time.time,
+        *, clock: Callable[[], float] = time.time, window_seconds: float | None = None,
     ) -> None:
         self._store = store
         self._handoff = handoff
         self._sealer = sealer
         self._funnel = funnel
         self._clock = clock
+        self._window_s = window_seconds
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: Exchanges handed to the engine by every replay of this process, and unreadable rows skipped.
         self.fed = 0
@@ -129,13 +136,13 @@ class ReplayFeeder:
     async def _pages(self, record: TrialRecord) -> bool:
         """Feed page by page; True when the window is exhausted (False: the trial ended first)."""
         assert self._sealer is not None and record.source_size is not None
-        sel = selection(record)
         cursor, fed = record.replay_cursor, record.replay_fed
         while fed < record.source_size:
             current = await self._store.get_trial(record.id)
             if current is None or current.status != "running":
                 return False
-            page = await self._store.retained(sel, after_seq=cursor, limit=PAGE)
+            kept_after = None if self._window_s is None else self._clock() - self._window_s
+            page = await self._store.retained(selection(record, kept_after=kept_after), after_seq=cursor, limit=PAGE)
             if not page:
                 break
             claims: list[Claim] = []

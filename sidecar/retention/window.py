@@ -12,6 +12,13 @@ store transaction, which evicts the oldest (counted by reason: ``evicted_age``,
 ``evicted_count``, ``evicted_bytes``). A failed write drops its batch, counted
 ``retention_write_failed``; the window is a convenience for replay, never a reason to fail.
 
+Eviction by age does not wait for traffic: when no batch was written for
+:func:`sweep_interval` (a tenth of ``window_seconds``, between ``SWEEP_MIN_S`` and
+``SWEEP_MAX_S``), the writer evicts on its own, so a quiet sidecar keeps nothing much past
+its window (issue 21, item 12). Expiry is read on the injected clock against ``kept_at``;
+replay selection applies the same bound (:meth:`RetentionWindow.keep_after`), so an expired
+exchange is never replayed even before the sweep removes it.
+
 A team's retention is read from its stored posture (else ``[teams]``), at most every
 ``POSTURE_TTL_S`` per team; when it is (or turns) off, whatever the window holds of that team
 is forgotten at once (``PUT /v1/teams/{team}/posture`` forgets it too, when it turns it off). :meth:`stop` drains within a deadline; what is still buffered
@@ -34,12 +41,21 @@ from sidecar.ingest.wire import Exchange
 from sidecar.redact import describe
 from sidecar.retention.seal import Sealer
 from sidecar.store.base import Store
-from sidecar.store.records import RetainedExchange
+from sidecar.store.records import RetainedExchange, RetainResult
 
 log = logging.getLogger("shadowtrial.retention")
 
 #: How long a team's retention setting is trusted before the store is read again.
 POSTURE_TTL_S = 2.0
+#: Bounds of the pause between two evictions by age when no batch is written.
+SWEEP_MIN_S = 0.1
+SWEEP_MAX_S = 60.0
+
+
+def sweep_interval(window_seconds: float) -> float:
+    """How long an idle writer waits between evictions: an exchange outlives its window by at
+    most this (a tenth of the window, at least ``SWEEP_MIN_S``, at most ``SWEEP_MAX_S``)."""
+    return min(SWEEP_MAX_S, max(SWEEP_MIN_S, window_seconds / 10))
 
 _encode = msgspec.json.Encoder().encode
 
@@ -81,10 +97,17 @@ class RetentionWindow:
         self._busy = False
         self._task: asyncio.Task[None] | None = None
         self._cache: dict[str, tuple[bool, float]] = {}
+        self._sweep_s = sweep_interval(config.window_seconds)
+        #: When (monotonic) the window was last evicted by age, by a write or a sweep.
+        self._evicted_at = time.monotonic()
 
     @property
     def depth(self) -> int:
         return len(self._buffer)
+
+    def keep_after(self) -> float:
+        """The window's age bound now: exchanges kept before it have expired."""
+        return self._clock() - self.config.window_seconds
 
     def offer(self, exchanges: Sequence[Exchange]) -> int:
         """Buffer ``exchanges`` for the writer; never waits. Returns how many were taken."""
@@ -124,7 +147,15 @@ class RetentionWindow:
         while True:
             if not self._buffer:
                 self._wake.clear()
-                await self._wake.wait()
+                due = self._evicted_at + self._sweep_s - time.monotonic()
+                if due > 0:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout=due)
+                    except asyncio.TimeoutError:
+                        pass
+                if not self._buffer:  # quiet: evict by age all the same
+                    await self._sweep()
+                    continue
             n = min(self.config.batch_size, len(self._buffer))
             batch = [self._buffer.popleft() for _ in range(n)]
             self._busy = True
@@ -138,6 +169,30 @@ class RetentionWindow:
                             describe(exc))
             finally:
                 self._busy = False
+
+    async def _sweep(self) -> None:
+        """Evict what has expired (and anything over the size bounds), with no batch to write."""
+        self._busy = True
+        try:
+            cfg = self.config
+            result = await self._store.retain(
+                [], keep_after=self.keep_after(), max_count=cfg.max_count, max_bytes=cfg.max_bytes
+            )
+            self._count(result)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("evicting expired retained exchanges failed (%s); trying again in %.1f s", describe(exc),
+                        self._sweep_s)
+        finally:
+            self._evicted_at = time.monotonic()
+            self._busy = False
+
+    def _count(self, result: RetainResult) -> None:
+        self._counters["retention_kept"] += result.kept
+        self._counters["retention_evicted_age"] += result.evicted_age
+        self._counters["retention_evicted_count"] += result.evicted_count
+        self._counters["retention_evicted_bytes"] += result.evicted_bytes
 
     async def _write(self, batch: list[tuple[Exchange, float]]) -> None:
         keep: list[tuple[Exchange, float]] = []
@@ -153,12 +208,10 @@ class RetentionWindow:
         rows = await asyncio.to_thread(self._seal, keep)
         cfg = self.config
         result = await self._store.retain(
-            rows, keep_after=self._clock() - cfg.window_seconds, max_count=cfg.max_count, max_bytes=cfg.max_bytes
+            rows, keep_after=self.keep_after(), max_count=cfg.max_count, max_bytes=cfg.max_bytes
         )
-        self._counters["retention_kept"] += result.kept
-        self._counters["retention_evicted_age"] += result.evicted_age
-        self._counters["retention_evicted_count"] += result.evicted_count
-        self._counters["retention_evicted_bytes"] += result.evicted_bytes
+        self._evicted_at = time.monotonic()
+        self._count(result)
         # A team turned off while this batch was sealed (note_posture): its rows go at once.
         for team in {ex.team for ex, _ in keep}:
             cached = self._cache.get(team)

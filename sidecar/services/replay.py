@@ -68,10 +68,11 @@ async def as_replay(rt: Runtime, body: TrialCreate, record: TrialRecord, posture
         raise Conflict(f"team {body.team!r}'s trials run at execution site {posture.site!r}; a replay reads this "
                        "sidecar's retention window and runs here only", code="site_unavailable", field="$.team")
     replay = dataclasses.replace(record, source="replay", source_from=start, source_to=end, execution_site="local")
-    held = await rt.store.count_retained(selection(replay))
+    held = await rt.store.count_retained(selection(replay, kept_after=rt.retention.keep_after()))  # expired: not held
     if held == 0:
         raise Conflict(f"the retention window holds no exchange of team {body.team!r} and model "
-                       f"{body.incumbent_model!r} served in that range", code="replay_window_empty", field="$.source")
+                       f"{body.incumbent_model!r} served in that range (what it kept more than window_seconds ago has "
+                       "expired)", code="replay_window_empty", field="$.source")
     size = min(body.sample_size or held, held)
     # Selected by the live sampling hash at this rate: about ``size`` of the window, never more.
     return dataclasses.replace(replay, source_size=size, sample_rate=min(1.0, size / held))

@@ -326,7 +326,8 @@ class RetainResult:
 @dataclass(frozen=True, slots=True)
 class RetainedSelection:
     """Which retained exchanges a replay reads: one team, served in ``[served_from, served_to)``,
-    optionally one incumbent model, route and gateway."""
+    optionally one incumbent model, route and gateway; with ``kept_after``, only those kept at
+    or after it (the window's age bound: an expired exchange is never read, evicted yet or not)."""
 
     team: str
     served_from: float
@@ -334,3 +335,4 @@ class RetainedSelection:
     model: str | None = None
     route: str | None = None
     gateway: str | None = None
+    kept_after: float | None = None

@@ -93,4 +93,7 @@ def _selection(sel: RetainedSelection, *, first: int) -> tuple[str, list[Any]]:
         if value is not None:
             args.append(value)
             where += f" AND {column} = ${first + len(args) - 1}"
+    if sel.kept_after is not None:
+        args.append(sel.kept_after)
+        where += f" AND kept_at >= ${first + len(args) - 1}"
     return where, args

@@ -95,4 +95,7 @@ def _selection(sel: RetainedSelection) -> tuple[str, tuple[Any, ...]]:
         if value is not None:
             where += f" AND {column} = ?"
             args.append(value)
+    if sel.kept_after is not None:
+        where += " AND kept_at >= ?"
+        args.append(sel.kept_after)
     return where, tuple(args)

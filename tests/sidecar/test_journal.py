@@ -131,3 +131,135 @@ def test_uncertain_claims_of_a_retention_off_team_are_kept_without_content(tmp_p
     j.close(keep=numbered)  # the engine hands back the full claim; the journal still drops its content
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("segment-*.bin"))
     assert raw and b"PRIVATE-ANSWER" not in raw
+
+
+# -- issue 21, item 13: nothing in plain text at rest with a retention key -----------------------
+
+SECRET = "JOURNAL-CANARY-51e0"
+
+
+def secret_claim(i: int, trial: str = "t-1") -> Claim:
+    ex = exchange(i, content=f"answer {SECRET}")
+    ex["request"]["messages"] = [{"role": "user", "content": f"question {i} {SECRET}"}]
+    return Claim(trial, msgspec.convert(ex, Exchange))
+
+
+def raw(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in path.rglob("*") if p.is_file())
+
+
+def test_with_a_retention_key_the_journal_seals_every_exchange(tmp_path: Path) -> None:
+    from sidecar.retention.seal import Sealer
+
+    key = os.urandom(32)
+    j = Journal(str(tmp_path), sealer=Sealer(key))
+    assert j.open() == []
+    j.forget_previous()
+    numbered = j.number([secret_claim(i) for i in range(5)] + [secret_claim(9, trial="t-off")])
+    j.write(numbered, content_free={"t-off"})
+    on_disk = raw(tmp_path)
+    crash(j)
+    assert on_disk and SECRET.encode() not in on_disk and b"question" not in on_disk
+    # The same key opens them after a crash: the claims run as they were sampled.
+    again = Journal(str(tmp_path), sealer=Sealer(key))
+    left = again.open()
+    assert ids(left) == [f"ex-{i}" for i in range(5)] + ["ex-9"]
+    assert SECRET in left[0].exchange.request.messages[0]["content"] and left[0].content_kept
+    assert not left[5].content_kept  # retention off: never had content to seal
+    again.write(again.number(left))
+    again.forget_previous()
+    crash(again)
+    assert SECRET.encode() not in raw(tmp_path)
+    # Another key (or none): the content cannot be read; the claims come back without it and
+    # are counted shed_stopped by the engine, never run on a guess.
+    for other in (Journal(str(tmp_path), sealer=Sealer(os.urandom(32))), Journal(str(tmp_path))):
+        left = other.open()
+        assert [c.content_kept for c in left] == [False] * 6 and other.unreadable == 5
+        crash(other)
+
+
+def test_the_segment_being_written_goes_as_soon_as_its_claims_are_done(tmp_path: Path) -> None:
+    j = fresh(tmp_path)
+    numbered = j.number([secret_claim(i) for i in range(10)])
+    j.write(numbered)
+    assert SECRET.encode() in raw(tmp_path)  # no key: plain, but only while a claim needs it
+    j.prune(done_through=numbered[4].seq)
+    assert SECRET.encode() in raw(tmp_path) and j.segments == 1
+    j.prune(done_through=numbered[-1].seq)
+    assert SECRET.encode() not in raw(tmp_path), "every claim had its outcome, the segment stayed"
+    assert len(list(tmp_path.glob("segment-*.bin"))) == 1  # a fresh one, for the next claims
+    later = j.number([claim(20)])
+    j.write(later)
+    j.close(keep=None)
+    assert ids(Journal(str(tmp_path)).open()) == ["ex-20"]
+
+
+def test_an_old_segment_is_closed_and_deleted_once_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_mod, "SEGMENT_MAX_AGE_S", 0.0)  # every prune closes the segment being written
+    j = fresh(tmp_path)
+    first = j.number([secret_claim(i) for i in range(3)])
+    j.write(first)
+    j.prune(done_through=0)  # nothing done: closed, kept
+    second = j.number([claim(10)])
+    j.write(second)
+    assert j.segments == 2
+    j.prune(done_through=first[-1].seq)  # the first is done and deleted; the second closed, kept
+    assert SECRET.encode() not in raw(tmp_path)
+    assert j.segments == 2
+    j.close(keep=None)
+    assert ids(Journal(str(tmp_path)).open()) == ["ex-10"]
+
+
+# -- issue 21, item 14: the start-up count says how many actually run ----------------------------
+
+def test_claims_done_before_a_crash_are_not_offered_again_and_the_log_counts_both(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The measured case: 633 claims in the segment being written (it had not reached 8 MiB),
+    611 of them with their outcome, 22 queued at the crash. It used to offer all 633 again."""
+    j = fresh(tmp_path)
+    numbered = j.number([claim(i) for i in range(633)])
+    for start in range(0, 633, 10):
+        j.write(numbered[start : start + 10])
+    j.prune(done_through=numbered[610].seq)  # 611 have their outcome; 22 were queued at the crash
+    crash(j)
+    caplog.set_level("WARNING", logger="shadowtrial.journal")
+    again = Journal(str(tmp_path))
+    left = again.open()
+    print(f"\nrestart: {caplog.records[-1].getMessage()}")
+    assert ids(left) == [f"ex-{i}" for i in range(611, 633)]
+    assert (again.replayed, again.already_done) == (22, 611)
+    message = caplog.records[-1].getMessage()
+    assert "22 sampled case(s)" in message and "offered again to run" in message and "611 more" in message
+
+
+def test_done_claims_of_a_closed_segment_are_dropped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(journal_mod, "SEGMENT_BYTES", 4096)  # several segments of one life
+    j = fresh(tmp_path)
+    numbered = j.number([claim(i) for i in range(100)])
+    for start in range(0, 100, 10):
+        j.write(numbered[start : start + 10])
+    j.prune(done_through=numbered[89].seq)
+    crash(j)
+    assert len(list(tmp_path.glob("segment-*.bin"))) > 1
+    again = Journal(str(tmp_path))
+    assert ids(again.open()) == [f"ex-{i}" for i in range(90, 100)]
+
+
+def test_a_done_through_of_another_life_never_hides_a_claim(tmp_path: Path) -> None:
+    """Each life numbers its claims from 1: a watermark applies to its own life's claims only."""
+    first = fresh(tmp_path)
+    old = first.number([claim(i) for i in range(5)])
+    first.write(old)
+    crash(first)
+    second = Journal(str(tmp_path))
+    left = second.open()
+    numbered = second.number(left)  # renumbered 1..5 in the second life
+    second.write(numbered)
+    second.write(second.number([claim(50 + i) for i in range(20)]))
+    second.prune(done_through=20)  # the second life's 1..20 are done (ex-0..4 and ex-50..64)
+    crash(second)  # before forget_previous: the first life's segment is still there
+    third = Journal(str(tmp_path))
+    again = ids(third.open())
+    assert again.count("ex-0") == 1 and "ex-0" in again  # the first life's copy, which no watermark covers
+    assert [x for x in again if x.startswith("ex-5") or x.startswith("ex-6")] == [f"ex-{i}" for i in range(65, 70)]

@@ -90,3 +90,14 @@ async def test_forget_retained_forgets_one_team(store: Store) -> None:
     assert await store.forget_retained("team-a") == 2
     assert await store.forget_retained("team-a") == 0
     assert await store.retention_totals() == {"count": 1, "bytes": 10}
+
+
+async def test_selection_with_kept_after_reads_nothing_expired(store: Store) -> None:
+    """Issue 21, item 12: a replay reads the window's age bound too, evicted yet or not."""
+    await store.retain([row(i, kept_at=100.0 + i) for i in range(6)], keep_after=0.0, max_count=100, max_bytes=BIG)
+    fresh = RetainedSelection(team="team-a", served_from=0.0, served_to=1e12, kept_after=103.0)
+    assert [r.exchange_id for r in await store.retained(fresh, after_seq=0, limit=100)] == ["ex-3", "ex-4", "ex-5"]
+    assert await store.count_retained(fresh) == 3
+    expired = RetainedSelection(team="team-a", served_from=0.0, served_to=1e12, kept_after=1000.0)
+    assert await store.retained(expired, after_seq=0, limit=100) == [] and await store.count_retained(expired) == 0
+    assert await store.count_retained(ALL) == 6  # still held: only the bound hides them
