@@ -50,6 +50,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
+from sidecar.api.listener import Listener, ListenerRunner
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
@@ -421,25 +422,18 @@ def tap_app(rt: Runtime) -> web.Application:
 
 
 def tap_runner(rt: Runtime) -> web.AppRunner:
-    """The tap's runner: the idle timeout on its connections, gzip left to the handler.
+    """The tap's runner (:mod:`sidecar.api.listener`): the idle timeout on its connections,
+    parser errors answered in JSON without echoing the request, gzip left to the handler.
 
     aiohttp arms its keep-alive timer when a connection is made and after each
     answer, and closes the connection when it fires while no request is
-    complete, so ``keepalive_timeout`` bounds idle connections and unfinished
+    complete, so ``idle_timeout_seconds`` bounds idle connections and unfinished
     headers alike. After an answer given before the body was read (401, 413),
-    aiohttp reads on for ``lingering_time`` so the client sees the answer rather
-    than a reset; that is bounded by the read timeout too. The handler
-    decompresses bodies itself, bounded by ``max_body_bytes`` (``client_max_size``
-    then bounds the compressed bytes)."""
+    aiohttp reads on for at most ``min(read_timeout_seconds, 10)`` s so the client sees
+    the answer rather than a reset. The handler bounds its body read itself (``408
+    read_timeout``, counted) and decompresses bodies itself, bounded by ``max_body_bytes``
+    (``client_max_size`` then bounds the compressed bytes)."""
     tap = rt.config.tap
-    return web.AppRunner(
-        tap_app(rt),
-        access_log=None,
-        keepalive_timeout=tap.idle_timeout_seconds,
-        lingering_time=min(tap.read_timeout_seconds, _LINGERING_S),
-        auto_decompress=False,
-    )
-
-
-#: aiohttp's default lingering time, kept as the most a refused body is read on.
-_LINGERING_S = 10.0
+    listener = Listener("tap", read_timeout_s=tap.read_timeout_seconds, idle_timeout_s=tap.idle_timeout_seconds,
+                        bound_body_reads=False)
+    return ListenerRunner(tap_app(rt), listener, auto_decompress=False)
