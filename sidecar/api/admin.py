@@ -16,6 +16,7 @@ from aiohttp import HttpVersion11, web
 from sidecar.errors import ApiError, BadRequest, PromotionRefused, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
+from sidecar.api.listener import client_gone
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
@@ -73,6 +74,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             return response
         raise
     except Exception:
+        if client_gone(request):  # closed mid-request: nobody to answer, nothing to log (sidecar.api.listener)
+            raise
         # A defect, not a refusal: the caller still gets the documented shape, and the log the
         # traceback (admin requests carry no prompt or answer content).
         log.exception("admin %s %s failed", request.method, request.path)

@@ -14,7 +14,8 @@ the answer and in the log, and any client could fill the log with tracebacks. A
   description, at most once per ``log_interval_s`` per listener; the refusals in between
   are counted into the next line (:class:`RefusalLog`). No traceback, no request bytes;
 - logs what aiohttp would log with a traceback (a defect below the app) as one ERROR
-  with the exception's type only, rate-limited the same way;
+  with the exception's type only, rate-limited the same way; a request whose client
+  closed the connection mid-body (:func:`client_gone`) is not logged at all;
 - closes a connection idle for ``idle_timeout_s`` — before its first request, between
   two, or with its headers unfinished (aiohttp's keep-alive timer, armed when the
   connection is made and not re-armed by incoming bytes);
@@ -105,6 +106,27 @@ def describe(exc: BaseException | None) -> str:
     return "the request is not valid HTTP/1.1"
 
 
+def client_gone(request: web.BaseRequest) -> bool:
+    """Whether the client closed the connection (aiohttp then fails the pending body read
+    with ``ConnectionResetError``): nobody to answer, and nothing to log — a client that
+    disconnects mid-body in a loop must not fill the log."""
+    return request.transport is None
+
+
+def body_incomplete(request: web.BaseRequest) -> bool:
+    """Whether the request's body has not fully arrived (a handler's time ran out waiting on the client)."""
+    return not request.content.is_eof()
+
+
+def stalled_body(request: web.BaseRequest, seconds: float) -> BodyReadTimeout:
+    """The 408 to raise when a handler's own time ran out while the body was still arriving;
+    the listener closes the connection after it instead of reading on."""
+    protocol = request.protocol
+    if isinstance(protocol, _Protocol):
+        protocol.close_after_answer = True
+    return BodyReadTimeout(seconds)
+
+
 def _json_error(status: int, code: str, message: str) -> web.Response:
     body = json.dumps({"error": {"code": code, "message": message, "field": None}})
     response = web.Response(status=status, text=body, content_type="application/json")
@@ -169,10 +191,13 @@ class _Protocol(web.RequestHandler):
         self.listener = manager.listener
         self.refusals = manager.refusals
         self._deadline: _Deadline | None = None
+        #: Set while a request is handled: close the connection once its answer is out.
+        self.close_after_answer = False
 
     def watch_body(self, payload: StreamReader) -> None:
         """Start the read deadline of the request whose body is ``payload``."""
         self._deadline = None
+        self.close_after_answer = False
         if self.listener.bound_body_reads and not payload.is_eof():
             self._deadline = _Deadline(self, payload, self.listener.read_timeout_s)
 
@@ -182,6 +207,8 @@ class _Protocol(web.RequestHandler):
     ) -> web.StreamResponse:
         if request.writer.output_size > 0:  # as aiohttp: an answer has begun, the connection is broken
             raise ConnectionError("a response was already sent; cannot send the error")
+        if isinstance(exc, ConnectionError) and client_gone(request):
+            return _json_error(400, "client_closed", "the client closed the connection")  # never delivered
         if status >= 500:  # a defect (500) or a handler's unhandled TimeoutError (504)
             self.refusals.note(logging.ERROR, f"request failed below the app ({type(exc).__name__}, {status})",
                                request.remote)
@@ -203,8 +230,8 @@ class _Protocol(web.RequestHandler):
         deadline = self._deadline
         if deadline is not None:
             deadline.answered = True
-            if deadline.expired:
-                self.force_close()  # the 408 is out; read nothing more from a stalled client
+        if self.close_after_answer or (deadline is not None and deadline.expired):
+            self.force_close()  # the 408 is out; read nothing more from a stalled client
         return result
 
 

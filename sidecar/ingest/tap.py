@@ -50,7 +50,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
-from sidecar.api.listener import Listener, ListenerRunner
+from sidecar.api.listener import Listener, ListenerRunner, client_gone
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
@@ -395,6 +395,8 @@ async def tap_errors(request: web.Request, handler: Handler) -> web.StreamRespon
             raise
         return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
     except Exception as exc:
+        if client_gone(request):  # closed mid-body: nobody to answer, nothing to log (sidecar.api.listener)
+            raise
         # The type only: the message of an unexpected error may echo an exchange's content.
         log.error("tap request failed unexpectedly: %s", type(exc).__name__)
         request.app[RUNTIME].counters["tap_failed"] += 1
