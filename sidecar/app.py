@@ -51,8 +51,10 @@ class Sidecar:
         cfg = self.runtime.config
         try:
             admin = cfg.admin
+            # Bodies undecoded, as admin_app's handler_args say (its read_body refuses encodings in JSON).
             self._admin_runner = ListenerRunner(admin_app(self.runtime), Listener(
-                "admin", read_timeout_s=admin.read_timeout_seconds, idle_timeout_s=admin.idle_timeout_seconds))
+                "admin", read_timeout_s=admin.read_timeout_seconds, idle_timeout_s=admin.idle_timeout_seconds),
+                auto_decompress=False)
             await self._admin_runner.setup()
             await _bind(self._admin_runner, "admin.listen", cfg.admin.listen)
             self.admin_url = _url(self._admin_runner)

@@ -261,7 +261,9 @@ class _Server(web.Server):
 
 
 class ListenerRunner(web.AppRunner):
-    """``web.AppRunner`` for one of the product's listeners (module doc); the access log is off."""
+    """``web.AppRunner`` for one of the product's listeners (module doc); the access log is off.
+
+    The app's ``handler_args`` are not read: pass ``auto_decompress`` here."""
 
     def __init__(
         self, app: web.Application, listener: Listener, *, auto_decompress: bool = True,

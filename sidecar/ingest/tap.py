@@ -50,7 +50,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
-from sidecar.api.listener import Listener, ListenerRunner, client_gone
+from sidecar.api.listener import Listener, ListenerRunner, client_gone, describe
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
@@ -239,7 +239,8 @@ async def _read_body(request: web.Request, rt: Runtime) -> bytes:
     except web.HTTPRequestEntityTooLarge:
         raise _Refused(413, "body_too_large", f"body exceeds {tap.max_body_bytes} bytes", reason="too_large") from None
     except HttpProcessingError as exc:  # a broken chunked encoding, a body shorter than its Content-Length
-        raise _Refused(400, "invalid_body", exc.message or "the body could not be read", reason="malformed") from None
+        # In fixed words: the parser's own text may quote the bytes sent (sidecar.api.listener).
+        raise _Refused(400, "invalid_body", describe(exc), reason="malformed") from None
     return _gunzip(raw, tap.max_body_bytes) if codings else raw
 
 
