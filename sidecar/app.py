@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from sidecar.api.admin import admin_app
+from sidecar.api.listener import Listener, ListenerRunner
 from sidecar.config import Config
 from sidecar.errors import StartupError
 from sidecar.runtime import Runtime
@@ -49,7 +50,11 @@ class Sidecar:
         await self.runtime.start()
         cfg = self.runtime.config
         try:
-            self._admin_runner = web.AppRunner(admin_app(self.runtime), access_log=None)
+            admin = cfg.admin
+            # Bodies undecoded, as admin_app's handler_args say (its read_body refuses encodings in JSON).
+            self._admin_runner = ListenerRunner(admin_app(self.runtime), Listener(
+                "admin", read_timeout_s=admin.read_timeout_seconds, idle_timeout_s=admin.idle_timeout_seconds),
+                auto_decompress=False)
             await self._admin_runner.setup()
             await _bind(self._admin_runner, "admin.listen", cfg.admin.listen)
             self.admin_url = _url(self._admin_runner)

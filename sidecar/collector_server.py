@@ -24,6 +24,7 @@ from aiohttp.typedefs import Middleware
 
 from policies.roles import decide
 from sidecar.api.authn import authenticate, build_verifier, unauthorized
+from sidecar.api.listener import Listener, ListenerRunner
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier as AdminVerifier
@@ -94,7 +95,9 @@ class CollectorServer:
                 # The console's Datasets and Comparisons, over the same services and principal.
                 app.add_subapp("/console", corpus_console_app(Services(ctx), admin, revocations,
                                                               teams=sorted(self.config.teams)))
-            self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)  # the app gunzips itself
+            listener = Listener("collector", read_timeout_s=cfg.read_timeout_seconds,
+                                idle_timeout_s=cfg.idle_timeout_seconds)
+            self._runner = ListenerRunner(app, listener, auto_decompress=False)  # the app gunzips itself
             await self._runner.setup()
             host, port = split_listen(cfg.listen)
             await web.TCPSite(self._runner, host, port if self._port is None else self._port).start()

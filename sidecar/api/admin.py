@@ -16,6 +16,7 @@ from aiohttp import HttpVersion11, web
 from sidecar.errors import ApiError, BadRequest, PromotionRefused, UnsupportedEncoding
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
+from sidecar.api.listener import client_gone, describe
 from sidecar.api.principal import principal_of
 from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
@@ -64,7 +65,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPRequestEntityTooLarge:
         return _error(413, "body_too_large", "request body too large")
     except web.RequestPayloadError as exc:  # e.g. a broken chunked transfer
-        return _error(400, "invalid_request", f"the body could not be read: {_reason(exc)}")
+        # In fixed words: the parser's own text may quote the bytes sent (sidecar.api.listener).
+        return _error(400, "invalid_request", f"the body could not be read: {describe(exc.__cause__ or exc)}")
     except web.HTTPException as exc:
         if exc.status >= 400:
             response = _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
@@ -73,15 +75,12 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             return response
         raise
     except Exception:
+        if client_gone(request):  # closed mid-request: nobody to answer, nothing to log (sidecar.api.listener)
+            raise
         # A defect, not a refusal: the caller still gets the documented shape, and the log the
         # traceback (admin requests carry no prompt or answer content).
         log.exception("admin %s %s failed", request.method, request.path)
         return _error(500, "internal_error", "the sidecar failed on this request; its log has the details")
-
-
-def _reason(exc: Exception) -> str:
-    cause = exc.__cause__ or exc
-    return str(getattr(cause, "message", None) or cause).strip() or type(cause).__name__
 
 
 async def read_body(request: web.Request) -> bytes:

@@ -4,6 +4,10 @@ A store whose lock another process holds, or a PostgreSQL server that is away, m
 not hang an admin request nor turn it into a 500 with a traceback: every request runs
 under ``admin.request_timeout_seconds``, and a timeout or a store failure is ``503
 store_unavailable`` with ``Retry-After`` — the JSON error shape, content-free.
+
+The client's own slowness is not the store's: a timeout while the request's body is
+still arriving is ``408 read_timeout``, and a client that closed the connection
+mid-request is left to the listener (:mod:`sidecar.api.listener`), unlogged.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from sidecar.api.listener import body_incomplete, client_gone, stalled_body
 from sidecar.redact import describe
 
 log = logging.getLogger("shadowtrial.admin")
@@ -46,9 +51,11 @@ def store_guard(timeout_s: float, *, streams: frozenset[str] = frozenset()) -> M
             async with asyncio.timeout(timeout_s):
                 return await handler(request)
         except TimeoutError:
+            if body_incomplete(request):
+                raise stalled_body(request, timeout_s) from None
             message = f"the store did not answer within {timeout_s:g} s"
         except Exception as exc:
-            if not store_failure(exc):
+            if client_gone(request) or not store_failure(exc):
                 raise
             message = f"the store failed ({describe(exc)})"
         log.warning("%s %s: %s; answered 503", request.method, request.path, message)

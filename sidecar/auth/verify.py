@@ -4,14 +4,18 @@ A token is accepted when its header's ``kid`` names a configured key (a token wi
 ``kid`` is tried only against keys configured with ``allow_no_kid``), its ``alg`` is one
 that key has pinned, its signature verifies, and it carries ``exp``, ``iat``, ``aud``,
 ``iss`` and ``sub`` with the configured audience and issuer, neither expired nor issued
-(``iat``, ``nbf``) in the future beyond the leeway. ``roles`` and ``teams`` are lists of
+(``iat``, ``nbf``) in the future beyond the leeway. ``exp``, ``iat`` and ``nbf`` are
+NumericDates as RFC 7519 defines them: JSON numbers, finite (not strings, which PyJWT would
+convert, nor booleans). ``roles`` and ``teams`` are lists of
 strings (absent: empty) and ``content`` a boolean (absent: false). Anything else is
 :class:`Unauthorized` with a stable ``reason``; no message quotes the token or its claims.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from typing import Any
 
 import jwt
@@ -22,6 +26,8 @@ from sidecar.auth.errors import Unauthorized
 from sidecar.auth.keys import KeySet
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
+#: The NumericDate claims: checked here, typed strictly, rather than by PyJWT (which takes ``"1700000000"``).
+DATE_CLAIMS = ("exp", "iat", "nbf")
 #: Three base64url segments: anything else is refused before PyJWT sees it.
 _COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 #: Tokens longer than this are refused unread (a JWT of roles and teams is well under 2 KiB).
@@ -62,13 +68,14 @@ class Verifier:
             try:
                 claims = jwt.decode(
                     token, key.key, algorithms=list(key.algorithms), audience=self.audience, issuer=self.issuer,
-                    leeway=self.leeway_s,
-                    options={"require": list(REQUIRED_CLAIMS), "enforce_minimum_key_length": True},
+                    options={"require": list(REQUIRED_CLAIMS), "enforce_minimum_key_length": True,
+                             "verify_exp": False, "verify_iat": False, "verify_nbf": False},
                 )
             except jwt.InvalidSignatureError:
                 continue  # another key of the same kid (or of none) may verify it
             except jwt.PyJWTError as exc:
                 raise _translate(exc) from None
+            check_dates(claims, now=time.time(), leeway_s=self.leeway_s)
             return principal_of(claims)
         raise Unauthorized("bad_signature", "the token's signature does not verify")
 
@@ -83,6 +90,25 @@ def bearer_token(authorization: str | None) -> str:
     if len(token) > MAX_TOKEN_CHARS or not _COMPACT.fullmatch(token):
         raise Unauthorized("malformed", "the bearer token is not a JWT")
     return token
+
+
+def check_dates(claims: dict[str, Any], *, now: float, leeway_s: float) -> None:
+    """``exp``, ``iat`` and ``nbf`` (present ones) as NumericDates, then the clock against them."""
+    dates: dict[str, float] = {}
+    for name in DATE_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        # bool is an int to Python; a NaN would compare false with every instant.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)
+        ):
+            raise Unauthorized("bad_claim", f"the token's {name} must be a number of seconds since the epoch")
+        dates[name] = value
+    if dates["exp"] <= now - leeway_s:
+        raise Unauthorized("expired", "the token has expired")
+    if dates["iat"] > now + leeway_s or dates.get("nbf", now) > now + leeway_s:
+        raise Unauthorized("not_yet_valid", "the token is not yet valid (iat or nbf is in the future)")
 
 
 def _translate(exc: jwt.PyJWTError) -> Unauthorized:

@@ -47,11 +47,19 @@ class TapConfig(Section, frozen=True):
 
 
 class AdminConfig(Section, frozen=True):
-    """The admin API."""
+    """The admin API (and the console it serves).
+
+    ``read_timeout_seconds`` and ``idle_timeout_seconds`` bound its connections as the
+    tap's do: a body not fully arrived that long after its headers gets ``408 read_timeout``
+    and the connection is closed; a connection without a complete request for that long
+    (headers unfinished included) is closed.
+    """
 
     listen: str = "127.0.0.1:8791"
     #: An admin request that takes longer (a store that cannot answer) is ``503 store_unavailable``.
     request_timeout_seconds: Seconds = 10.0
+    read_timeout_seconds: Seconds = 15.0
+    idle_timeout_seconds: Seconds = 15.0
 
     def _validate(self) -> None:
         split_listen(self.listen)

@@ -80,6 +80,12 @@ class CollectorConfig(Section, frozen=True):
     content_teams: tuple[str, ...] = ()
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 32 * 1024 * 1024
     leeway_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 5.0
+    #: A body (a batch, a dataset upload) not fully arrived this long after its headers gets
+    #: ``408 read_timeout`` and its connection is closed; longer than the tap's 15 s because
+    #: a batch or a dataset may be 32 MiB.
+    read_timeout_seconds: Seconds = 30.0
+    #: A connection without a complete request this long (headers unfinished included) is closed.
+    idle_timeout_seconds: Seconds = 15.0
 
     def _validate(self) -> None:
         split_listen(self.listen)

@@ -50,6 +50,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
+from sidecar.api.listener import Listener, ListenerRunner, client_gone, describe
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.ingest.journal import Journal
@@ -238,7 +239,8 @@ async def _read_body(request: web.Request, rt: Runtime) -> bytes:
     except web.HTTPRequestEntityTooLarge:
         raise _Refused(413, "body_too_large", f"body exceeds {tap.max_body_bytes} bytes", reason="too_large") from None
     except HttpProcessingError as exc:  # a broken chunked encoding, a body shorter than its Content-Length
-        raise _Refused(400, "invalid_body", exc.message or "the body could not be read", reason="malformed") from None
+        # In fixed words: the parser's own text may quote the bytes sent (sidecar.api.listener).
+        raise _Refused(400, "invalid_body", describe(exc), reason="malformed") from None
     return _gunzip(raw, tap.max_body_bytes) if codings else raw
 
 
@@ -394,6 +396,8 @@ async def tap_errors(request: web.Request, handler: Handler) -> web.StreamRespon
             raise
         return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
     except Exception as exc:
+        if client_gone(request):  # closed mid-body: nobody to answer, nothing to log (sidecar.api.listener)
+            raise
         # The type only: the message of an unexpected error may echo an exchange's content.
         log.error("tap request failed unexpectedly: %s", type(exc).__name__)
         request.app[RUNTIME].counters["tap_failed"] += 1
@@ -421,25 +425,18 @@ def tap_app(rt: Runtime) -> web.Application:
 
 
 def tap_runner(rt: Runtime) -> web.AppRunner:
-    """The tap's runner: the idle timeout on its connections, gzip left to the handler.
+    """The tap's runner (:mod:`sidecar.api.listener`): the idle timeout on its connections,
+    parser errors answered in JSON without echoing the request, gzip left to the handler.
 
     aiohttp arms its keep-alive timer when a connection is made and after each
     answer, and closes the connection when it fires while no request is
-    complete, so ``keepalive_timeout`` bounds idle connections and unfinished
+    complete, so ``idle_timeout_seconds`` bounds idle connections and unfinished
     headers alike. After an answer given before the body was read (401, 413),
-    aiohttp reads on for ``lingering_time`` so the client sees the answer rather
-    than a reset; that is bounded by the read timeout too. The handler
-    decompresses bodies itself, bounded by ``max_body_bytes`` (``client_max_size``
-    then bounds the compressed bytes)."""
+    aiohttp reads on for at most ``min(read_timeout_seconds, 10)`` s so the client sees
+    the answer rather than a reset. The handler bounds its body read itself (``408
+    read_timeout``, counted) and decompresses bodies itself, bounded by ``max_body_bytes``
+    (``client_max_size`` then bounds the compressed bytes)."""
     tap = rt.config.tap
-    return web.AppRunner(
-        tap_app(rt),
-        access_log=None,
-        keepalive_timeout=tap.idle_timeout_seconds,
-        lingering_time=min(tap.read_timeout_seconds, _LINGERING_S),
-        auto_decompress=False,
-    )
-
-
-#: aiohttp's default lingering time, kept as the most a refused body is read on.
-_LINGERING_S = 10.0
+    listener = Listener("tap", read_timeout_s=tap.read_timeout_seconds, idle_timeout_s=tap.idle_timeout_seconds,
+                        bound_body_reads=False)
+    return ListenerRunner(tap_app(rt), listener, auto_decompress=False)

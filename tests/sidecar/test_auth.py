@@ -173,6 +173,18 @@ BAD_TOKENS: list[BadCase] = [
     ("roles of non-strings", "bad_claim", lambda h, k: bearer(good(h, roles=[1, 2]))),
     ("content not a boolean", "bad_claim", lambda h, k: bearer(good(h, content="yes"))),
     ("exp not a number", "bad_claim", lambda h, k: bearer(good(h, exp="tomorrow"))),
+    # RFC 7519 NumericDates are JSON numbers: PyJWT would take these strings (issue 21, item 3).
+    ("exp a numeric string", "bad_claim", lambda h, k: bearer(good(h, exp=str(int(time.time()) + 300)))),
+    ("iat a numeric string", "bad_claim", lambda h, k: bearer(good(h, iat=str(int(time.time()))))),
+    ("nbf a numeric string", "bad_claim", lambda h, k: bearer(good(h, nbf=str(int(time.time()) - 60)))),
+    ("exp a float string", "bad_claim", lambda h, k: bearer(good(h, exp=f"{time.time() + 300:.1f}"))),
+    ("exp true", "bad_claim", lambda h, k: bearer(good(h, exp=True))),
+    ("iat true", "bad_claim", lambda h, k: bearer(good(h, iat=True))),
+    ("nbf false", "bad_claim", lambda h, k: bearer(good(h, nbf=False))),
+    ("exp NaN", "bad_claim", lambda h, k: bearer(good(h, exp=float("nan")))),
+    ("exp Infinity", "bad_claim", lambda h, k: bearer(good(h, exp=float("inf")))),
+    ("iat a list", "bad_claim", lambda h, k: bearer(good(h, iat=[int(time.time())]))),
+    ("exp null", "missing_claim", lambda h, k: bearer(good(h, exp=None))),
     ("PS256 on a key pinned to RS256", "algorithm_not_allowed", lambda h, k: bearer(
         jwt.encode(claims(), k.rsa, algorithm="PS256", headers={"kid": "rsa"}))),
     ("EdDSA named for the RSA key", "algorithm_not_allowed", lambda h, k: bearer(
@@ -237,6 +249,9 @@ async def test_good_tokens_of_each_key_kind_are_accepted(tmp_path: Path) -> None
             "JWKS kid j1": jwt.encode(claims(), keys.jwk_private["j1"], algorithm="EdDSA", headers={"kid": "j1"}),
             "expired within the leeway": good(h, iat=now - 600, exp=now - 10),
             "aud as a list": good(h, aud=["other", AUD]),
+            # NumericDates may be fractional (RFC 7519 section 2); nbf and iat within the leeway.
+            "fractional NumericDates": good(h, iat=now + 0.5, nbf=now - 1.25, exp=now + 299.75),
+            "iat and nbf ahead within the leeway": good(h, iat=now + 10, nbf=now + 10),
         }
         async with httpx.AsyncClient(base_url=base, timeout=30.0) as raw:
             for name, token in tokens.items():
