@@ -41,6 +41,7 @@ from sidecar.ingest.routing import RoutingTable
 from sidecar.redact import describe
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord
+from sidecar.supervise import UNTIL_DONE, Supervisor
 from uplink.schema import ExchangeRecord, encode_record
 
 log = logging.getLogger("shadowtrial.forwarder")
@@ -69,9 +70,10 @@ class Forwarder:
 
     def __init__(
         self, store: Store, routing: RoutingTable, funnel: FunnelCounter, *, queue_size: int,
-        clock: Callable[[], float],
+        clock: Callable[[], float], supervisor: Supervisor | None = None,
     ) -> None:
         self.handoff: Handoff[Claim] = Handoff(queue_size)
+        self._supervisor = supervisor or Supervisor()
         self._store = store
         self._routing = routing
         self._funnel = funnel
@@ -85,7 +87,9 @@ class Forwarder:
 
     async def start(self) -> None:
         self.handoff.attach(asyncio.get_running_loop())
-        self._task = asyncio.create_task(self._run(), name="shadowtrial-forwarder")
+        # Restarted if it dies: it takes its work from the hand-off again. Its one normal end:
+        # the hand-off closed and empty (:meth:`stop`).
+        self._task = self._supervisor.task("forwarder", self._run, UNTIL_DONE)
 
     async def stop(self, drain_s: float) -> None:
         """Stop accepting, write what is buffered within ``drain_s``, count the rest ``shed_stopped``."""
