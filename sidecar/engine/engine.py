@@ -253,6 +253,12 @@ class Engine:
         """Drain within ``drain_seconds`` (default: the settings'), then stop; see the module's docs."""
         if self._loop is None:
             return
+        if self._loop.is_closed():  # it ended unbidden (a fatal death): nothing there drains; count the queue
+            self.handoff.close()
+            for claim in self.handoff.drain_remaining():
+                self.funnel.add(claim.trial_id, "shed_stopped")
+            await self._stop_thread()
+            return
         try:
             await self.call(self._stop(self.settings.drain_seconds if drain_seconds is None else drain_seconds))
         finally:

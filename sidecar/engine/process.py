@@ -177,6 +177,15 @@ class EngineProcess:
             return
         self._stopping = True
         self.handoff.close()
+        forward = self.supervisor.worker("engine-forward")
+        if forward is not None and forward.state != "running" and self._claims is not None:
+            # Its thread died and waits for a restart the stop cancels: end the pipe in its place,
+            # so the engine's process drains at once (what it left queued is counted below).
+            try:
+                self._claims.send_bytes(END)
+            except OSError:
+                pass
+            self._claims.close()
         if self.alive:
             try:
                 await asyncio.wait_for(self._ask(("stop",), "stopped"), timeout=self.config.engine.drain_seconds + 30)
