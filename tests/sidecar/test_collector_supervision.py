@@ -64,7 +64,7 @@ async def test_each_worker_of_a_collector_killed_in_turn_is_noticed(
             assert r.status_code == 503
             body = r.json()
             assert body["error"]["code"] == "not_ready"
-            assert [(w["name"], w["state"], w["error"]) for w in body["workers"]] == [("engine", "failed", "returned")]
+            assert [(w["name"], w["state"], w["error"]) for w in body["error"]["workers"]] == [("engine", "failed", "returned")]
     finally:
         await server.stop()
         await fake.stop()

@@ -169,13 +169,13 @@ async def test_a_worker_waiting_for_its_restart_makes_readyz_503_naming_it(tmp_p
 
         async def named() -> bool:
             status, body = await readyz(h)
-            return status == 503 and [w["name"] for w in body.get("workers", [])] == ["funnel-flush"]
+            return status == 503 and [w["name"] for w in body.get("error", {}).get("workers", [])] == ["funnel-flush"]
 
         await wait_for(named, timeout=10, what="/readyz to name the dead worker")
         status, body = await readyz(h)
         assert body["error"]["code"] == "worker_down" and "funnel-flush (Fault at tests/sidecar/workers_kit.py:" \
             in body["error"]["message"] and "restarting" in body["error"]["message"]
-        [w] = body["workers"]
+        [w] = body["error"]["workers"]
         assert (w["state"], w["policy"], w["error"], w["restarts"]) == ("restarting", "restart", "Fault", 0)
         assert "CANARY" not in str(body)
         assert not h.runtime.failed.is_set()  # a restartable worker never ends the process
@@ -211,11 +211,11 @@ async def test_the_forward_thread_dying_makes_readyz_503_naming_it(tmp_path: Pat
 
             async def named() -> bool:
                 status, body = await readyz(h)
-                return status == 503 and "engine-forward" in [w["name"] for w in body.get("workers", [])]
+                return status == 503 and "engine-forward" in [w["name"] for w in body.get("error", {}).get("workers", [])]
 
             await wait_for(named, timeout=20, what="/readyz to name the forward thread")
             _, body = await readyz(h)
-            [w] = [w for w in body["workers"] if w["name"] == "engine-forward"]
+            [w] = [w for w in body["error"]["workers"] if w["name"] == "engine-forward"]
             assert (w["state"], w["error"]) == ("restarting", "OverflowError")
             assert "engine-forward (OverflowError at" in body["error"]["message"]
             assert "CANARY" not in str(body) and "18446744073709551616" not in str(body)
@@ -257,7 +257,7 @@ async def test_engine_process_workers_are_restarted_and_its_death_is_fatal(tmp_p
         await wait_for(told, timeout=20, what="the runtime to ask for an exit")
         status, body = await readyz(h)
         assert status == 503
-        [w] = [w for w in body["workers"] if w["name"] == "engine-process"]
+        [w] = [w for w in body["error"]["workers"] if w["name"] == "engine-process"]
         assert (w["state"], w["policy"], w["error"]) == ("failed", "exit", f"exited with code {-signal.SIGKILL}")
 
 
@@ -274,7 +274,7 @@ async def test_the_engine_loop_ending_unbidden_is_fatal(tmp_path: Path) -> None:
         status, body = await readyz(h)
         assert status == 503 and body["error"]["code"] == "not_ready"
         assert "worker engine died (returned)" in body["error"]["message"]
-        assert [(w["name"], w["state"]) for w in body["workers"]] == [("engine", "failed")]
+        assert [(w["name"], w["state"]) for w in body["error"]["workers"]] == [("engine", "failed")]
 
 
 async def test_serve_exits_non_zero_when_its_engine_process_is_killed(tmp_path: Path) -> None:
