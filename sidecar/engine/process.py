@@ -154,7 +154,7 @@ class EngineProcess:
         sup = self.supervisor
         self._threads = [
             # It ends when the engine's process does (reported as ``engine-process``); raising is fatal.
-            sup.thread("engine-listen", self._listen, Policy("exit", forever=False)),
+            sup.thread("engine-listen", self._listen, Policy("exit", forever=False), on_death=self._listen_died),
             sup.thread("engine-forward", lambda: asyncio.run(self._forward()), UNTIL_DONE,
                        on_death=self._forward_died),
         ]
@@ -243,6 +243,16 @@ class EngineProcess:
         held, self._sending = self._sending, ()
         for claim in held:
             self.funnel.add(claim.trial_id, "shed_stopped")
+
+    def _listen_died(self) -> None:
+        """The listening thread raised: nobody reads the control pipe any more. Close it, so
+        the engine's process sees the end and exits, and a stop does not wait for its answer."""
+        self.alive = False
+        if self._ctl is not None:
+            self._ctl.close()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._fail_waiters)
 
     def _listen(self) -> None:
         assert self._ctl is not None

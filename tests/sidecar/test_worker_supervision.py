@@ -261,6 +261,44 @@ async def test_engine_process_workers_are_restarted_and_its_death_is_fatal(tmp_p
         assert (w["state"], w["policy"], w["error"]) == ("failed", "exit", f"exited with code {-signal.SIGKILL}")
 
 
+async def test_the_engine_listening_thread_raising_is_fatal(tmp_path: Path) -> None:
+    """The thread reading the engine's control pipe dies: the pipe's state is unknown, so the
+    sidecar is told to exit (and the engine's process, its pipe closed, exits too)."""
+    async with Harness(tmp_path, isolation="process") as h:
+        rt = h.runtime
+        await h.create_trial()
+        fired = fail_once(rt.engine._ctl, "recv")  # its next read, after the status a case sends
+        await h.send([exchange(1)])
+
+        async def told() -> bool:
+            return rt.failed.is_set()
+
+        await wait_for(told, timeout=20, what="the runtime to ask for an exit")
+        assert fired == [1]
+        status, body = await readyz(h)
+        assert status == 503
+        assert ("engine-listen", "failed", "Fault") in [(w["name"], w["state"], w["error"])
+                                                       for w in body["error"]["workers"]]
+
+
+async def test_the_spend_reading_loop_is_restarted(tmp_path: Path) -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from sidecar.config import TelemetryConfig
+    from sidecar.telemetry import Telemetry
+
+    telemetry = Telemetry.start(TelemetryConfig(), process="sidecar", metric_reader=InMemoryMetricReader())
+    try:
+        async with Harness(tmp_path, telemetry=telemetry, extra="[telemetry]\nexport_interval_seconds = 0.1\n") as h:
+            sup = h.runtime.supervisor
+            sup.backoff = FAST
+            fired = fail_once(h.runtime.store, "total_spend")
+            await restarted(sup, "spend-reading")
+            assert fired == [1]
+    finally:
+        telemetry.shutdown()
+
+
 async def test_the_engine_loop_ending_unbidden_is_fatal(tmp_path: Path) -> None:
     async with Harness(tmp_path) as h:
         rt = h.runtime
