@@ -14,6 +14,11 @@ engine in its own process — the refresh of the tap's routes; ``stop`` stops th
 engine (drain within the deadline, retire what is left), flushes the funnel,
 closes the admin store and, last, flushes and closes this process's telemetry.
 
+Every background task and thread is started through :attr:`Runtime.supervisor`
+(:mod:`sidecar.supervise`): ``/readyz`` names a worker that died; most are restarted after a
+backoff, and the death of the engine (its process or loop) sets :attr:`Runtime.failed`, on
+which :func:`sidecar.app.serve` stops in order and exits non-zero.
+
 Telemetry (:mod:`sidecar.telemetry`): :meth:`Runtime.readings` is every metric
 series of the sidecar — this process's counts, the engine's (reported over the
 control pipe when it has a process of its own) and the fleet's spend — for the

@@ -253,16 +253,27 @@ class Supervisor:
 
     def task(
         self, name: str, factory: Callable[[], Coroutine[Any, Any, None]], policy: Policy = RESTART, *,
-        expected_end: Callable[[], bool] = lambda: False,
+        expected_end: Callable[[], bool] = lambda: False, on_death: Callable[[], None] | None = None,
     ) -> asyncio.Task[None]:
         """Run ``factory()`` as a task on the running loop, supervised. The task is the
         owner's to cancel (a cancellation is a stop); a restart calls ``factory`` again in
-        the same task. ``expected_end``: true when a return now is the owner's doing."""
+        the same task. ``expected_end``: true when a return now is the owner's doing;
+        ``on_death``: as for :meth:`thread`."""
         w = self._register(name, policy)
-        return asyncio.get_running_loop().create_task(self._keep(w, factory, expected_end), name=f"shadowtrial-{name}")
+        keep = self._keep(w, factory, expected_end, on_death)
+        return asyncio.get_running_loop().create_task(keep, name=f"shadowtrial-{name}")
+
+    def _clean_up(self, w: Worker, on_death: Callable[[], None] | None) -> None:
+        if on_death is None:
+            return
+        try:
+            on_death()
+        except Exception as exc:
+            log.error("worker %s: its clean-up failed too (%s at %s)", w.name, type(exc).__name__, place_of(exc))
 
     async def _keep(
         self, w: Worker, factory: Callable[[], Coroutine[Any, Any, None]], expected_end: Callable[[], bool],
+        on_death: Callable[[], None] | None,
     ) -> None:
         attempt = 0
         while True:
@@ -277,6 +288,8 @@ class Supervisor:
                 raise
             except BaseException as exc:
                 death = self._ended(w, exc)
+            if death is not None:
+                self._clean_up(w, on_death)
             if death is None or death.action == "exit":
                 return
             attempt = 1 if time.monotonic() - began > self.backoff.cap_s else attempt + 1
@@ -306,12 +319,8 @@ class Supervisor:
                     death = self._ended(w, None, expected_end())
                 except BaseException as exc:  # a thread has nobody else to tell
                     death = self._ended(w, exc)
-                if death is not None and on_death is not None:
-                    try:
-                        on_death()
-                    except Exception as exc:
-                        log.error("worker %s: its clean-up failed too (%s at %s)", w.name, type(exc).__name__,
-                                  place_of(exc))
+                if death is not None:
+                    self._clean_up(w, on_death)
                 if death is None or death.action == "exit":
                     return
                 attempt = 1 if time.monotonic() - began > self.backoff.cap_s else attempt + 1

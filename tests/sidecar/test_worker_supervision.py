@@ -363,3 +363,55 @@ def _children(pid: int) -> list[int]:
                 if b"spawn_main" in f.read():
                     found.append(int(entry))
     return found
+
+
+async def test_the_outbox_forwarder_dying_counts_the_batch_it_held_and_runs_again(tmp_path: Path) -> None:
+    """A claim the forwarder to the outbox held when it died gets its one outcome; the restarted
+    forwarder takes the next batch."""
+    import msgspec
+
+    import sidecar.forwarder as forwarder_module
+    from sidecar.engine.engine import Claim
+    from sidecar.forwarder import Forwarder
+    from sidecar.ingest.funnel import FunnelCounter
+    from sidecar.ingest.routing import RoutingTable
+    from sidecar.ingest.wire import Exchange
+    from sidecar.store import make_store
+    from sidecar.supervise import Supervisor
+    from tests.store.factories import trial
+
+    store = make_store(str(tmp_path / "s.db"))
+    await store.open()
+    routing = RoutingTable()
+    routing.add(trial("cp", team="team-a", execution_site="control_plane", prompt_retention=True))
+    funnel = FunnelCounter()
+    sup = Supervisor(backoff=FAST)
+    fwd = Forwarder(store, routing, funnel, queue_size=16, clock=lambda: 5.0, supervisor=sup)
+    original = forwarder_module.exchange_record
+    calls: list[int] = []
+
+    def record(claim: Claim) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # the second claim of the first batch: the first is ready, not yet stored
+            raise OverflowError("can't serialize CANARY")
+        return original(claim)
+
+    forwarder_module.exchange_record = record
+    await fwd.start()
+    try:
+        claims = [Claim("gone", msgspec.convert(exchange(0), Exchange))]  # counted shed_stopped by _records
+        claims += [Claim("cp", msgspec.convert(exchange(i), Exchange)) for i in (1, 2, 3)]
+        assert fwd.handoff.offer_many(claims) == 4
+        await restarted(sup, "forwarder", error="OverflowError")
+        assert fwd.dropped == {"shed_stopped": 4}  # the unrouted one once, and the three held
+        assert fwd.handoff.offer_many([Claim("cp", msgspec.convert(exchange(9), Exchange))]) == 1
+
+        async def forwarded() -> bool:
+            return fwd.forwarded == 1
+
+        await wait_for(forwarded, timeout=10, what="the restarted forwarder's batch")
+        assert [r.record_id for r in await store.outbox()] == ["exchange:cp:ex-9"]
+    finally:
+        forwarder_module.exchange_record = original
+        await fwd.stop(1.0)
+        await store.close()
