@@ -93,7 +93,14 @@ class _Child:
         os._exit(70)
 
     def _report(self) -> None:
-        self._send(("workers", [w.view() for w in self.supervisor.workers()]))
+        """The supervisor's registry to the sidecar's process; read under the send lock, so
+        reports from two threads arrive in the order they were read (the last one is current)."""
+        with self._send_lock:
+            views = [w.view() for w in self.supervisor.workers()]
+            try:
+                self.ctl.send(("workers", views))
+            except OSError:  # the sidecar's process is gone; the control loop exits on its EOF
+                pass
 
     def _progress(self) -> None:
         """On the engine's loop, after each case: report at most every ``STATUS_EVERY_S``

@@ -415,3 +415,32 @@ async def test_the_outbox_forwarder_dying_counts_the_batch_it_held_and_runs_agai
         forwarder_module.exchange_record = original
         await fwd.stop(1.0)
         await store.close()
+
+
+async def test_the_engine_process_claim_reader_is_restarted_there_and_reported_here(tmp_path: Path) -> None:
+    """The thread of the engine's process that reads the claim pipe dies on a message it cannot
+    decode; it is restarted there, the sidecar's /readyz registry shows it, and later claims run."""
+    original = ENCODE_CLAIMS
+    sent: list[int] = []
+
+    def garbled(claims: Any) -> bytes:
+        if not sent:
+            sent.append(len(claims))
+            return b"\x93not-claims"
+        return original(claims)
+
+    async with Harness(tmp_path, isolation="process") as h:
+        sup = h.runtime.supervisor
+        trial = await h.create_trial()
+        engine_process.encode_claims = garbled
+        try:
+            await h.send([exchange(1)])
+            await restarted(sup, "engine-process:engine-claims", error="ValidationError", timeout=30)
+        finally:
+            engine_process.encode_claims = original
+        await h.send([exchange(2), exchange(3)])
+
+        async def judged() -> bool:
+            return (await h.trial(trial["id"]))["funnel"]["outcomes"].get("judged", 0) == 2
+
+        await wait_for(judged, timeout=30, what="the later claims judged")

@@ -63,6 +63,6 @@ async def restarted(sup: Supervisor, name: str, *, timeout: float = 30.0, error:
         return (found is not None and found.restarts >= 1 and found.state == "running"
                 and found.last is not None and found.last.error == error)
 
-    await wait_for(back, timeout=timeout, what=f"worker {name} to be restarted (last seen {found})")
+    await wait_for(back, timeout=timeout, what=f"worker {name} to be restarted after {error}")
     assert found is not None
     return found
