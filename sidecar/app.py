@@ -5,6 +5,10 @@ Shutdown order (SIGTERM, SIGINT, or leaving the context manager): stop the tap
 accepting, drain in-flight cases within ``engine.drain_seconds``, flush the
 funnel, close provider clients and the store, flush the telemetry (within
 ``telemetry.export_timeout_seconds``), then the admin listener.
+
+A supervised worker whose death only a new process mends (:mod:`sidecar.supervise`: the
+engine's process or loop) makes :func:`serve` shut down the same way and then exit with
+status :data:`WORKER_DIED_EXIT`, so the orchestrator restarts the sidecar.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from sidecar.runtime import Runtime
 from sidecar.ingest.tap import tap_runner
 
 log = logging.getLogger("shadowtrial")
+
+#: The exit status after a worker died that only a new process mends (EX_SOFTWARE).
+WORKER_DIED_EXIT = 70
 
 
 def _split(listen: str) -> tuple[str, int]:
@@ -115,8 +122,16 @@ async def serve(config: Config) -> None:
     announce(config.auth)
     loop.add_signal_handler(signal.SIGHUP, reload_keys, sidecar._admin_runner.app if sidecar._admin_runner else None)
     print(f"shadowtrial: tap {sidecar.tap_url}  admin {sidecar.admin_url}", flush=True)
+    failed = sidecar.runtime.failed
     try:
-        await stop.wait()
+        waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(failed.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
     finally:
         log.info("shutting down")
         await sidecar.stop()
+    if failed.is_set():
+        raise SystemExit(WORKER_DIED_EXIT)

@@ -8,6 +8,11 @@ with none it runs no trial and says so at start) and, beside it, the runner of c
 groups (:mod:`sidecar.corpus.runner`, resuming admitted and running groups), and listens on ``listen`` (port 0 binds
 a free port; ``c.url`` is the bound address). Shutdown: stop accepting, stop the corpus runner
 and the engine (drain, retire), close the store.
+
+Its workers (the control plane's driver and engine, the corpus runner's driver and lease
+refresher) are supervised (:mod:`sidecar.supervise`): ``/readyz`` answers 503 naming one that
+died; the loops are restarted after a backoff, and the engine's thread ending unbidden makes
+:func:`serve_collector` stop in order and exit non-zero.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from aiohttp.typedefs import Middleware
 from policies.roles import decide
 from sidecar.api.authn import authenticate, build_verifier, unauthorized
 from sidecar.api.listener import Listener, ListenerRunner
+from sidecar.api.readiness import readiness
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier as AdminVerifier
@@ -39,10 +45,14 @@ from sidecar.control_plane import ControlPlane, collected_traffic
 from sidecar.errors import StartupError
 from sidecar.store import make_store
 from sidecar.store.base import Store
+from sidecar.supervise import Death, Supervisor
 from uplink.collector import CollectorSettings, Reader, collector_app
 from uplink.signing import Verifier, load_public_key
 
 log = logging.getLogger("shadowtrial.collector")
+
+#: The exit status after a worker died that only a new process mends (EX_SOFTWARE).
+WORKER_DIED_EXIT = 70
 
 
 class CollectorServer:
@@ -64,9 +74,16 @@ class CollectorServer:
         self.control_plane: ControlPlane | None = None
         self.corpus_runner: CorpusRunner | None = None
         self.url = ""
+        #: This process's workers (``/readyz``); a fatal death sets :attr:`failed`.
+        self.supervisor = Supervisor(on_fatal=self._worker_failed)
+        self.failed = asyncio.Event()
+
+    def _worker_failed(self, death: Death) -> None:
+        self.failed.set()
 
     async def start(self) -> None:
         cfg = self.cfg
+        self.supervisor.bind(asyncio.get_running_loop())
         try:
             keys = {k.kid: load_public_key(k.path) for k in cfg.keys}
         except ValueError as exc:
@@ -87,6 +104,7 @@ class CollectorServer:
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
                                          reader=None if self.config is None else readers(admin, revocations))
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
+            app.router.add_get("/readyz", self._readyz)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)
                 ctx = corpus_context(self.config, store)
                 if self.corpus_runner is not None:
@@ -116,17 +134,23 @@ class CollectorServer:
             log.warning("the collector runs no control-plane trial: no [providers] are configured "
                         "(their exchanges are kept, and run once a collector with providers starts)")
             return
-        self.control_plane = ControlPlane(config, location=self.cfg.location)
+        self.control_plane = ControlPlane(config, location=self.cfg.location, supervisor=self.supervisor)
         await self.control_plane.start(store)
         # Comparison groups (corpus evidence) run here too, on this loop and store (docs/experiments.md).
-        self.corpus_runner = corpus_runner(config, store)
+        self.corpus_runner = corpus_runner(config, store, supervisor=self.supervisor)
         await self.corpus_runner.start()
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        status, body = readiness(self.supervisor, ready=not self.failed.is_set(),
+                                 reason="a worker died; this collector stops and exits non-zero")
+        return web.json_response(body, status=status)
+
     async def stop(self) -> None:
+        self.supervisor.stop()  # from here on a worker's end is ours: nothing is restarted
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -175,13 +199,13 @@ def corpus_context(config: Config, store: Store) -> CorpusContext:
     )
 
 
-def corpus_runner(config: Config, store: Store) -> CorpusRunner:
+def corpus_runner(config: Config, store: Store, *, supervisor: Supervisor | None = None) -> CorpusRunner:
     """The runner of comparison groups, with the collector's providers, models and engine settings."""
     e = config.engine
     settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
                               items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
-                        resolve=resolver(config, price_book(config)), settings=settings)
+                        resolve=resolver(config, price_book(config)), settings=settings, supervisor=supervisor)
 
 
 def _where(cfg: CollectorConfig) -> str:
@@ -200,4 +224,10 @@ async def serve_collector(config: Config) -> None:
     async with CollectorServer(config.collector, config=config) as server:
         print(f"shadowtrial collector: {server.url}", flush=True)
         print(f"console (datasets, comparisons): {server.url}/console/", flush=True)
-        await stop.wait()
+        failed = asyncio.ensure_future(server.failed.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in (failed, stopped):
+            waiter.cancel()
+    if server.failed.is_set():  # stopped in order above; the orchestrator restarts us
+        raise SystemExit(WORKER_DIED_EXIT)

@@ -45,6 +45,7 @@ from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.store.records import CaseFinish, CaseStart
+from sidecar.supervise import RESTART, Supervisor
 from sidecar.telemetry import CountingFunnel
 from uplink.schema import ExchangeRecord
 
@@ -98,7 +99,11 @@ class ControlPlane:
     ``stop()``: the driver first, then the engine (drain within ``[engine] drain_seconds``;
     cases still in flight are retired ``indeterminate``)."""
 
-    def __init__(self, config: Config, *, location: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, config: Config, *, location: str, clock: Callable[[], float] = time.time,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        self.supervisor = supervisor or Supervisor()
         self.handoff: Handoff[Claim] = Handoff(max(config.engine.workers * 4, 16))
         self.funnel = CountingFunnel()
         settings = dataclasses.replace(engine_settings(config, flush_funnel=True), gateway="", posture_teams=())
@@ -114,6 +119,7 @@ class ControlPlane:
             on_progress=self._progressed,
             clock=clock,
             site=SITE,
+            supervisor=self.supervisor,
         )
         self._clock = clock
         self._store: Store | None = None
@@ -131,7 +137,8 @@ class ControlPlane:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         await self.engine.start()
-        self._task = asyncio.create_task(self._drive(), name="shadowtrial-control-plane")
+        # Restarted if it dies: it reads the stored exchanges again.
+        self._task = self.supervisor.task("control-plane", self._drive, RESTART)
 
     async def stop(self) -> None:
         task, self._task = self._task, None

@@ -41,6 +41,7 @@ from sidecar.ingest.routing import RoutingTable
 from sidecar.redact import describe
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord
+from sidecar.supervise import UNTIL_DONE, Supervisor
 from uplink.schema import ExchangeRecord, encode_record
 
 log = logging.getLogger("shadowtrial.forwarder")
@@ -69,9 +70,10 @@ class Forwarder:
 
     def __init__(
         self, store: Store, routing: RoutingTable, funnel: FunnelCounter, *, queue_size: int,
-        clock: Callable[[], float],
+        clock: Callable[[], float], supervisor: Supervisor | None = None,
     ) -> None:
         self.handoff: Handoff[Claim] = Handoff(queue_size)
+        self._supervisor = supervisor or Supervisor()
         self._store = store
         self._routing = routing
         self._funnel = funnel
@@ -82,10 +84,15 @@ class Forwarder:
         self.dropped: Counter[str] = Counter()
         #: Every claim numbered up to this is in the outbox or counted (its journal may forget it).
         self.done_through = 0
+        #: The batch :meth:`_run` holds until it is in the outbox (counted if the loop dies with it).
+        self._holding: list[Claim] = []
+        self._settled: set[int] = set()
 
     async def start(self) -> None:
         self.handoff.attach(asyncio.get_running_loop())
-        self._task = asyncio.create_task(self._run(), name="shadowtrial-forwarder")
+        # Restarted if it dies: it takes its work from the hand-off again. Its one normal end:
+        # the hand-off closed and empty (:meth:`stop`).
+        self._task = self._supervisor.task("forwarder", self._run, UNTIL_DONE, on_death=self._died)
 
     async def stop(self, drain_s: float) -> None:
         """Stop accepting, write what is buffered within ``drain_s``, count the rest ``shed_stopped``."""
@@ -100,11 +107,21 @@ class Forwarder:
         for claim in self.handoff.drain_remaining():
             self._funnel.add(claim.trial_id, "shed_stopped")
 
+    def _died(self) -> None:
+        """The loop died holding a batch not yet in the outbox: its claims get their one outcome."""
+        held, self._holding = self._holding, []
+        for claim in held:
+            if id(claim) not in self._settled:  # not already counted by _records before it raised
+                self._drop(claim, "shed_stopped")
+        self._settled = set()
+
     async def _run(self) -> None:
         while True:
+            self._holding, self._settled = [], set()
             claims = await self.handoff.take_many(BATCH)
             if not claims:  # closed and empty
                 return
+            self._holding = claims
             taken = self._records(claims)
             records = [r for _, r in taken]
             while records:
@@ -143,5 +160,6 @@ class Forwarder:
         return out
 
     def _drop(self, claim: Claim, outcome: str) -> None:
+        self._settled.add(id(claim))
         self.dropped[outcome] += 1
         self._funnel.add(claim.trial_id, outcome)

@@ -14,6 +14,11 @@ engine in its own process — the refresh of the tap's routes; ``stop`` stops th
 engine (drain within the deadline, retire what is left), flushes the funnel,
 closes the admin store and, last, flushes and closes this process's telemetry.
 
+Every background task and thread is started through :attr:`Runtime.supervisor`
+(:mod:`sidecar.supervise`): ``/readyz`` names a worker that died; most are restarted after a
+backoff, and the death of the engine (its process or loop) sets :attr:`Runtime.failed`, on
+which :func:`sidecar.app.serve` stops in order and exits non-zero.
+
 Telemetry (:mod:`sidecar.telemetry`): :meth:`Runtime.readings` is every metric
 series of the sidecar — this process's counts, the engine's (reported over the
 control pipe when it has a process of its own) and the fleet's spend — for the
@@ -50,6 +55,7 @@ from sidecar.retention.seal import Sealer
 from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.base import Store
+from sidecar.supervise import RESTART, Death, Supervisor
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials import TrialDefaults
@@ -83,6 +89,11 @@ class Runtime:
         """``telemetry``: this process's providers (tests hand in in-memory ones, and close
         them); by default built from ``[telemetry]`` and closed by :meth:`stop`."""
         self.config = config
+        #: Starts and watches every background worker of this process (:mod:`sidecar.supervise`):
+        #: ``/readyz`` reads it; a worker whose death only a restart of the process mends ends it.
+        self.supervisor = Supervisor(on_fatal=self._worker_failed)
+        #: Set when such a worker died: :func:`sidecar.app.serve` then stops and exits non-zero.
+        self.failed = asyncio.Event()
         if config.uplink.enabled:  # each finished case writes its content-free record with its outcome
             hooks = (*hooks, uplink_case_result, watch_step_with_uplink)
         else:  # a watch's judged case steps its detector in the transaction that records it
@@ -112,7 +123,7 @@ class Runtime:
         sinks: dict[str, Handoff[Claim]] = {SITE: self.handoff}
         if config.uplink.enabled:
             self.forwarder = Forwarder(self.store, self.routing, self.funnel, queue_size=config.tap.queue_size,
-                                       clock=clock)
+                                       clock=clock, supervisor=self.supervisor)
             sinks[FORWARDED_SITE] = self.forwarder.handoff
         self.sinks: Mapping[str, Handoff[Claim]] = sinks
         self.counters: Counter[str] = Counter()
@@ -127,7 +138,7 @@ class Runtime:
         if config.engine.isolation == "process":
             self.engine = EngineProcess(
                 config, handoff=self.handoff, funnel=self.funnel, hooks=hooks,
-                on_progress=self._progressed, on_exit=self._engine_exited,
+                on_progress=self._progressed, on_exit=self._engine_exited, supervisor=self.supervisor,
             )
         else:
             self.engine = Engine(
@@ -146,6 +157,7 @@ class Runtime:
                     tracer=self.telemetry.tracer, sample_ratio=self.telemetry.sample_ratio,
                     systems={n: p.kind for n, p in config.providers.items()},
                 ),
+                supervisor=self.supervisor,
             )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._chores: list[asyncio.Task[None]] = []
@@ -169,12 +181,13 @@ class Runtime:
         if config.retention.enabled and sealer is not None:
             self.retention = RetentionWindow(
                 config.retention, sealer, self.store, self.counters,
-                default_retention=self.prompt_retention, clock=clock,
+                default_retention=self.prompt_retention, clock=clock, supervisor=self.supervisor,
             )
         #: Replay trials' feeders (:mod:`sidecar.retention.replay`); without a retention key it
         #: feeds nothing (no replay can be created, and a running one waits for its key).
         self.replays = ReplayFeeder(
             self.store, self.handoff, sealer, self.funnel, clock=clock, window_seconds=config.retention.window_seconds,
+            supervisor=self.supervisor,
         )
         self.ready = False
         #: What ``/readyz`` says while not ready.
@@ -184,6 +197,7 @@ class Runtime:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.supervisor.bind(self._loop)
         await self.store.open()
         try:
             await self.engine.start()
@@ -198,7 +212,8 @@ class Runtime:
             await self.store.close()
             await self._close_telemetry()
             raise
-        self._chores = [asyncio.create_task(self._flush_loop(), name="shadowtrial-funnel-flush")]
+        # The chores below read their work again on each pass: each is restarted if it dies.
+        self._chores = [self.supervisor.task("funnel-flush", self._flush_loop, RESTART)]
         if self.retention is not None:
             self.retention.start()
         await self.replays.resume()
@@ -208,31 +223,32 @@ class Runtime:
             except ValueError as exc:
                 await self.stop()
                 raise StartupError(f"uplink: {exc}") from exc
-            await self.delivery.start()
+            await self.delivery.start(spawn=self.supervisor.task)
             if self.forwarder is not None:
                 await self.forwarder.start()
                 self._replay_forwarded()
             await self.watch_outbox()
-            self._chores.append(asyncio.create_task(self._outbox_loop(), name="shadowtrial-outbox-bound"))
+            self._chores.append(self.supervisor.task("outbox-bound", self._outbox_loop, RESTART))
             self.states = StatePublisher(self.store)
-            self._chores.append(asyncio.create_task(
-                self.states.run(self.config.uplink.state_interval_seconds), name="shadowtrial-trial-states"))
+            states, every = self.states, self.config.uplink.state_interval_seconds
+            self._chores.append(self.supervisor.task("trial-states", lambda: states.run(every), RESTART))
         if self.config.alerts.enabled and self.config.secrets.webhook_secret:
             from sidecar.alerts.webhook import AlertWebhook
 
             self.webhook = AlertWebhook(self.store, self.config.alerts, self.config.secrets.webhook_secret,
-                                        clock=self.clock)
+                                        clock=self.clock, supervisor=self.supervisor)
             await self.webhook.start()
         if isinstance(self.engine, EngineProcess):
             await self.refresh_routes()
-            self._chores.append(asyncio.create_task(self._route_loop(), name="shadowtrial-routes"))
+            self._chores.append(self.supervisor.task("routes", self._route_loop, RESTART))
         if self.telemetry.meter_provider is not None:
             self.telemetry.observe(self._own_readings)
-            self._chores.append(asyncio.create_task(self._spend_loop(), name="shadowtrial-spend-reading"))
+            self._chores.append(self.supervisor.task("spend-reading", self._spend_loop, RESTART))
         self.ready = True
 
     async def stop(self) -> None:
         self.ready = False
+        self.supervisor.stop()  # from here on a worker's end is ours: nothing is restarted
         await self.replays.stop()
         await self.engine.stop()
         if self.retention is not None:
@@ -380,6 +396,13 @@ class Runtime:
             except Exception as exc:
                 log.warning("spend reading for telemetry failed (%s); the last one is exported", type(exc).__name__)
             await asyncio.sleep(self.config.telemetry.export_interval_seconds)
+
+    def _worker_failed(self, death: Death) -> None:
+        """A worker whose death a restart of the process mends died (on this loop): stop
+        reporting ready; :func:`sidecar.app.serve` stops in order and exits non-zero."""
+        self.ready = False
+        self.unready_reason = f"worker {death.worker} died ({death.error}); this sidecar stops and exits non-zero"
+        self.failed.set()
 
     def _engine_exited(self) -> None:
         """The engine's process died: stop reporting ready, so an orchestrator restarts us."""

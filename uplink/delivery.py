@@ -25,7 +25,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 import httpx
 import msgspec
@@ -109,8 +109,13 @@ class Delivery:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="shadowtrial-uplink")
+    async def start(self, spawn: Spawn | None = None) -> None:
+        """Start the loop; with ``spawn`` (the sidecar's supervisor), as a supervised worker
+        restarted if it dies: its work is in the outbox, nothing is lost with it."""
+        if spawn is None:
+            self._task = asyncio.create_task(self._run(), name="shadowtrial-uplink")
+        else:
+            self._task = spawn("uplink-delivery", self._run)
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -200,6 +205,10 @@ class Delivery:
             await asyncio.wait_for(self._stopping.wait(), seconds)
         except asyncio.TimeoutError:
             pass
+
+
+#: Starts a named background loop and hands back its task (``Supervisor.task`` fits).
+Spawn = Callable[[str, Callable[[], Coroutine[Any, Any, None]]], "asyncio.Task[None]"]
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -32,6 +32,7 @@ from sidecar.alerts.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 from sidecar.config import AlertsConfig
 from sidecar.store.base import Store
 from sidecar.store.watch_records import AlertTransition
+from sidecar.supervise import RESTART, Supervisor
 
 log = logging.getLogger("shadowtrial.alerts")
 
@@ -58,8 +59,10 @@ class AlertWebhook:
     def __init__(
         self, store: Store, config: AlertsConfig, secret: str, *, clock: Callable[[], float] = time.time,
         transport: httpx.AsyncBaseTransport | None = None, rng: random.Random | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.store = store
+        self._supervisor = supervisor or Supervisor()
         self.config = config
         self._secret = secret.encode()
         self.clock = clock
@@ -78,7 +81,8 @@ class AlertWebhook:
             limits=httpx.Limits(max_connections=4),
         )
         if poll:
-            self._task = asyncio.create_task(self._loop(), name="shadowtrial-alert-webhook")
+            # Restarted if it dies: what is pending is in the store.
+            self._task = self._supervisor.task("alert-webhook", self._loop, RESTART)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -18,6 +18,7 @@ from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.api.listener import client_gone, describe
 from sidecar.api.principal import principal_of
+from sidecar.api.readiness import readiness
 from sidecar.runtime import RUNTIME
 from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, check_team, decode_posture
 from sidecar.services.compare import CompareService, decode_compare
@@ -193,9 +194,8 @@ async def healthz(_request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    if not rt.ready:
-        return _error(503, "not_ready", rt.unready_reason)
-    return _json({"status": "ready"})
+    status, body = readiness(rt.supervisor, ready=rt.ready, reason=rt.unready_reason)
+    return _json(body, status)
 
 
 async def metrics(request: web.Request) -> web.Response:

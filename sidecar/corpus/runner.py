@@ -68,6 +68,7 @@ from sidecar.engine.case import ORDER_KEY
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import ChatRequest, Provider
 from sidecar.store.base import Store
+from sidecar.supervise import RESTART, Supervisor
 from sidecar.store.corpus_records import ComparisonRecord
 from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
 from sidecar.trials import Resolved
@@ -103,8 +104,9 @@ class CorpusRunner:
 
     def __init__(self, *, store: Store, open_providers: Callable[[], Mapping[str, Provider]],
                  resolve: Callable[[str], Resolved], settings: RunnerSettings = RunnerSettings(),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None) -> None:
         self._store = store
+        self._supervisor = supervisor or Supervisor()
         self._open_providers = open_providers
         self._resolve = resolve
         self.settings = settings
@@ -125,8 +127,11 @@ class CorpusRunner:
         self._wake = asyncio.Event()
         self._stopping = False
         await self._store.expire_claims(now=self._clock())
-        self._task = asyncio.create_task(self._drive(), name="shadowtrial-corpus-runner")
-        self._refresher = asyncio.create_task(self._refresh(), name="shadowtrial-corpus-leases")
+        # Both restarted if they die: the driver reads runnable groups from the store again; the
+        # lease refresher must not stay dead, or a peer takes items still in hand here.
+        sup = self._supervisor
+        self._task = sup.task("corpus-runner", self._drive, RESTART, expected_end=lambda: self._stopping)
+        self._refresher = sup.task("corpus-leases", self._refresh, RESTART)
 
     def wake(self) -> None:
         if self._wake is not None:

@@ -2,7 +2,12 @@
 spawns. It builds the engine from the config alone (its own store connection and
 provider clients), reads claims from the pipe into the engine's hand-off — waiting
 for room, never shedding, so backpressure reaches the tap — and answers the
-control pipe. See :mod:`sidecar.engine.process` for the protocol."""
+control pipe. See :mod:`sidecar.engine.process` for the protocol.
+
+Its workers are supervised here (:mod:`sidecar.supervise`) and reported to the sidecar's
+process (``("workers", views)``) on every change once it said hello; a fatal death (the
+engine's loop ending) ends this process at once with a non-zero code, which the sidecar's
+process sees as the engine's process exiting."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from sidecar.engine.process import decode_claims, encode_claims
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store
+from sidecar.supervise import UNTIL_DONE, Death, Supervisor
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Tally, Telemetry
 from sidecar.telemetry.readings import engine_part
 
@@ -48,6 +54,7 @@ class _Child:
         self.funnel = CountingFunnel(tally)  # the outcomes decided here before a claim, counted too
         self.handoff: Handoff[Claim] = Handoff(max(64, ROOM_PER_WORKER * config.engine.workers))
         resolve = resolver(config, price_book(config))
+        self.supervisor = Supervisor(on_fatal=self._fatal)
         self.engine = Engine(
             settings=engine_settings(config, flush_funnel=True),
             open_store=lambda: make_store(config.store.location, lock_timeout_s=config.store.lock_timeout_seconds),
@@ -64,6 +71,7 @@ class _Child:
                 tally=tally, tracer=self.telemetry.tracer, sample_ratio=self.telemetry.sample_ratio,
                 systems={n: p.kind for n, p in config.providers.items()},
             ),
+            supervisor=self.supervisor,
         )
         self.telemetry.observe(lambda: engine_part(self.engine))
         self._send_lock = threading.Lock()
@@ -80,6 +88,20 @@ class _Child:
             except OSError:  # the sidecar's process is gone; the control loop exits on its EOF
                 pass
 
+    def _fatal(self, death: Death) -> None:
+        """Logged by the supervisor; what this process held is for the sidecar's next life."""
+        os._exit(70)
+
+    def _report(self) -> None:
+        """The supervisor's registry to the sidecar's process; read under the send lock, so
+        reports from two threads arrive in the order they were read (the last one is current)."""
+        with self._send_lock:
+            views = [w.view() for w in self.supervisor.workers()]
+            try:
+                self.ctl.send(("workers", views))
+            except OSError:  # the sidecar's process is gone; the control loop exits on its EOF
+                pass
+
     def _progress(self) -> None:
         """On the engine's loop, after each case: report at most every ``STATUS_EVERY_S``
         (a message per case would cost the engine a tenth of its CPU under load)."""
@@ -93,6 +115,7 @@ class _Child:
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.supervisor.bind(self._loop)
         self._arrived = asyncio.Event()
         self._ended = asyncio.Event()
         try:
@@ -104,7 +127,10 @@ class _Child:
             await asyncio.to_thread(self.telemetry.shutdown)
             return
         self._send(("hello", self.engine.owner, list(self.engine.recovered)))
-        threading.Thread(target=self._read, name="shadowtrial-claims", daemon=True).start()
+        self.supervisor.on_change = self._report  # only after the hello: it is the first message
+        # Restarted if it raises (a message is read whole, so the pipe stays in step; the batch
+        # it held is lost); its normal end is the pipe's.
+        self.supervisor.thread("engine-claims", self._read, UNTIL_DONE)
         while True:
             try:
                 msg = await asyncio.to_thread(self.ctl.recv)
@@ -115,6 +141,8 @@ class _Child:
             if msg[0] == "idle":
                 asyncio.create_task(self._idle(msg[1], msg[2]))
             elif msg[0] == "stop":
+                self.supervisor.stop()
+                self.supervisor.on_change = lambda: None  # the "stopped" message is the last
                 await self._stop()
                 await asyncio.to_thread(self.telemetry.shutdown)  # its last spans and counts
                 self._send(("stopped", encode_claims(self.engine.watermark.uncertain()), self.engine.counts()))

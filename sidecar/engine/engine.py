@@ -24,6 +24,11 @@ Shutdown (:meth:`Engine.stop`): stop accepting; let workers finish what is
 queued and in hand within the drain deadline; count what is left queued
 ``shed_stopped``; cancel what is still in hand and *retire* this owner, which
 marks those cases ``indeterminate`` at once; close providers and the store.
+
+Supervision (:mod:`sidecar.supervise`): the workers and the housekeeping tasks are restarted
+if they die (each takes its work from the hand-off or the store again); the engine's thread
+ending while nobody stopped it is fatal to the process, since the cases in flight, the
+store connection and the lease lived on its loop (a new process recovers them).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from sidecar.redact import describe
 from sidecar.services.posture_report import report_and_pause
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
+from sidecar.supervise import EXIT, RESTART, Supervisor
 from sidecar.telemetry import EngineTelemetry
 from sidecar.trials import Resolved
 from sidecar.watches import roll_watches
@@ -125,8 +131,13 @@ class Engine:
         revoked_subjects_file: str = "",
         telemetry: EngineTelemetry | None = None,
         site: Site = SITE,
+        supervisor: Supervisor | None = None,
     ) -> None:
         from sidecar.engine.watermark import Watermark
+
+        #: Starts the engine's thread and tasks; the owner's (its ``/readyz`` reads it).
+        self.supervisor = supervisor or Supervisor()
+        self._closing = False
 
         #: The execution site this engine runs cases for; every other trial's case is ``not_at_site``.
         self.site: Site = site
@@ -187,8 +198,8 @@ class Engine:
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
 
-        self._thread = threading.Thread(target=main, name="shadowtrial-engine", daemon=True)
-        self._thread.start()
+        self._closing = False
+        self._thread = self.supervisor.thread("engine", main, EXIT, expected_end=lambda: self._closing)
         await asyncio.to_thread(ready.wait)
         try:
             await self.call(self._start())
@@ -228,18 +239,25 @@ class Engine:
         if self.recovered:
             log.warning("marked %d case(s) of a stopped process indeterminate; none is re-run", len(self.recovered))
         await self.refresh()
-        self._workers = [loop.create_task(self._worker(), name=f"shadowtrial-worker-{i}") for i in range(s.workers)]
+        sup = self.supervisor
+        self._workers = [sup.task(f"engine-worker-{i}", self._worker, RESTART) for i in range(s.workers)]
         self._chores = [
-            loop.create_task(self._every(s.refresh_seconds, self.refresh), name="shadowtrial-refresh"),
-            loop.create_task(self._every(s.refresh_seconds, self.fold), name="shadowtrial-fold"),
-            loop.create_task(self._every(s.lease_seconds / 3, self._heartbeat), name="shadowtrial-heartbeat"),
-            loop.create_task(self._every(s.lease_seconds / 2, self._sweep), name="shadowtrial-sweep"),
+            sup.task("engine-refresh", lambda: self._every(s.refresh_seconds, self.refresh), RESTART),
+            sup.task("engine-fold", lambda: self._every(s.refresh_seconds, self.fold), RESTART),
+            sup.task("engine-heartbeat", lambda: self._every(s.lease_seconds / 3, self._heartbeat), RESTART),
+            sup.task("engine-sweep", lambda: self._every(s.lease_seconds / 2, self._sweep), RESTART),
+            sup.task("engine-account", lambda: self._every(FUNNEL_FLUSH_S, self._account), RESTART),
         ]
-        self._chores.append(loop.create_task(self._every(FUNNEL_FLUSH_S, self._account), name="shadowtrial-account"))
 
     async def stop(self, drain_seconds: float | None = None) -> None:
         """Drain within ``drain_seconds`` (default: the settings'), then stop; see the module's docs."""
         if self._loop is None:
+            return
+        if self._loop.is_closed():  # it ended unbidden (a fatal death): nothing there drains; count the queue
+            self.handoff.close()
+            for claim in self.handoff.drain_remaining():
+                self.funnel.add(claim.trial_id, "shed_stopped")
+            await self._stop_thread()
             return
         try:
             await self.call(self._stop(self.settings.drain_seconds if drain_seconds is None else drain_seconds))
@@ -275,6 +293,7 @@ class Engine:
 
     async def _stop_thread(self) -> None:
         loop, thread = self._loop, self._thread
+        self._closing = True
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(loop.stop)
         if thread is not None:

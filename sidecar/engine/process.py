@@ -25,6 +25,14 @@ process sees the pipe close and exits at once, without a drain: its cases are
 left to its lease, as for any crash. If the engine's process dies, this side
 logs it, counts every claim it cannot forward ``shed_stopped``, and the
 runtime reports not ready, so an orchestrator restarts the pod.
+
+Supervision (:mod:`sidecar.supervise`): the engine's process exiting unbidden is a fatal
+death (``engine-process``): its cases, lease and pipe are gone, and a fresh sidecar recovers
+them; so is the listening thread dying (the control pipe's state is then unknown). The
+forwarding thread (``engine-forward``) is restarted after a backoff if it raises: the
+claims it held are counted ``shed_stopped``, the rest wait in the hand-off. The engine's
+process supervises its own workers and reports them here (``engine-process:<name>`` on
+``/readyz``).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from sidecar.engine.handoff import Handoff
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.wire import Exchange
+from sidecar.supervise import UNTIL_DONE, Policy, Supervisor
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -84,8 +93,12 @@ class EngineProcess:
         hooks: Sequence[FinishHook] = (),
         on_progress: Callable[[], None] = lambda: None,
         on_exit: Callable[[], None] = lambda: None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.config = config
+        self.supervisor = supervisor or Supervisor()
+        #: The batch the forwarding thread holds (counted if it dies with it).
+        self._sending: Sequence[Claim] = ()
         self.handoff = handoff
         self.funnel = funnel
         self.hooks = tuple(hooks)
@@ -138,12 +151,13 @@ class EngineProcess:
         _, self.owner, self.recovered = hello
         self.alive = True
         self._loop = asyncio.get_running_loop()
+        sup = self.supervisor
         self._threads = [
-            threading.Thread(target=self._listen, name="shadowtrial-engine-listen", daemon=True),
-            threading.Thread(target=lambda: asyncio.run(self._forward()), name="shadowtrial-forward", daemon=True),
+            # It ends when the engine's process does (reported as ``engine-process``); raising is fatal.
+            sup.thread("engine-listen", self._listen, Policy("exit", forever=False), on_death=self._listen_died),
+            sup.thread("engine-forward", lambda: asyncio.run(self._forward()), UNTIL_DONE,
+                       on_death=self._forward_died),
         ]
-        for t in self._threads:
-            t.start()
 
     def _hello(self) -> tuple[Any, ...]:
         assert self._ctl is not None
@@ -163,6 +177,15 @@ class EngineProcess:
             return
         self._stopping = True
         self.handoff.close()
+        forward = self.supervisor.worker("engine-forward")
+        if forward is not None and forward.state != "running" and self._claims is not None:
+            # Its thread died and waits for a restart the stop cancels: end the pipe in its place,
+            # so the engine's process drains at once (what it left queued is counted below).
+            try:
+                self._claims.send_bytes(END)
+            except OSError:
+                pass
+            self._claims.close()
         if self.alive:
             try:
                 await asyncio.wait_for(self._ask(("stop",), "stopped"), timeout=self.config.engine.drain_seconds + 30)
@@ -196,21 +219,40 @@ class EngineProcess:
         self.handoff.attach(asyncio.get_running_loop())
         broken = False
         while batch := await self.handoff.take_many(BATCH):
+            self._sending = batch
             if not broken:
                 try:
                     self._claims.send_bytes(encode_claims(batch))  # waits while the engine is full
+                    self._sending = ()
                     continue
                 except OSError:
                     broken = True
                     log.error("the engine process is gone; claims are counted shed_stopped")
             for claim in batch:
                 self.funnel.add(claim.trial_id, "shed_stopped")
+            self._sending = ()
         if not broken:
             try:
                 self._claims.send_bytes(END)
             except OSError:
                 pass
         self._claims.close()
+
+    def _forward_died(self) -> None:
+        """The forwarding thread died holding a batch: its claims get their one outcome."""
+        held, self._sending = self._sending, ()
+        for claim in held:
+            self.funnel.add(claim.trial_id, "shed_stopped")
+
+    def _listen_died(self) -> None:
+        """The listening thread raised: nobody reads the control pipe any more. Close it, so
+        the engine's process sees the end and exits, and a stop does not wait for its answer."""
+        self.alive = False
+        if self._ctl is not None:
+            self._ctl.close()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._fail_waiters)
 
     def _listen(self) -> None:
         assert self._ctl is not None
@@ -225,6 +267,8 @@ class EngineProcess:
                 self.on_progress()
             elif msg[0] == "done":
                 self.done_through = msg[1]
+            elif msg[0] == "workers":  # ("workers", views): the engine process's supervisor
+                self.supervisor.adopt("engine-process:", msg[1])
             elif msg[0] == "idle":  # ("idle", token, in_flight, counts)
                 self.in_flight = msg[2]
                 self._counts = msg[3]
@@ -236,7 +280,8 @@ class EngineProcess:
                 self._settle("stopped")
         self.alive = False
         if not self._stopping:
-            log.error("the engine process exited (code %s); this sidecar is not ready", self._proc.exitcode)
+            self._proc.join(1)  # its exit code, when it has one
+            self.supervisor.died("engine-process", f"exited with code {self._proc.exitcode}")
             self.handoff.close()  # the forwarder counts what is left
         loop = self._loop
         if loop is not None and not loop.is_closed():

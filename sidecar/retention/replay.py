@@ -43,11 +43,11 @@ from typing import Callable, Protocol
 from policies.sampling import is_sampled
 from sidecar.engine.engine import Claim
 from sidecar.engine.handoff import Handoff
-from sidecar.redact import describe
 from sidecar.retention.seal import Sealer, UnsealError
 from sidecar.retention.window import open_exchange
 from sidecar.store.base import Store
 from sidecar.store.records import RetainedSelection, TrialRecord
+from sidecar.supervise import UNTIL_DONE, Supervisor
 
 log = logging.getLogger("shadowtrial.replay")
 
@@ -84,8 +84,10 @@ class ReplayFeeder:
     def __init__(
         self, store: Store, handoff: Handoff[Claim], sealer: Sealer | None, funnel: _Pending,
         *, clock: Callable[[], float] = time.time, window_seconds: float | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._store = store
+        self._supervisor = supervisor or Supervisor()
         self._handoff = handoff
         self._sealer = sealer
         self._funnel = funnel
@@ -99,7 +101,10 @@ class ReplayFeeder:
     def feed(self, record: TrialRecord) -> None:
         if record.source != "replay" or record.id in self._tasks or self._sealer is None:
             return
-        task = asyncio.create_task(self._feed(record), name=f"shadowtrial-replay-{record.id}")
+        # Supervised: if it raises it is restarted after a backoff from the progress stored
+        # with the trial (each page's); returning is its normal end.
+        trial_id = record.id
+        task = self._supervisor.task(f"replay-{trial_id}", lambda: self._feed_stored(trial_id), UNTIL_DONE)
         self._tasks[record.id] = task
 
         def forget(_task: asyncio.Task[None]) -> None:
@@ -123,15 +128,15 @@ class ReplayFeeder:
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
+    async def _feed_stored(self, trial_id: str) -> None:
+        """Feed from the progress stored with the trial (a restart after a failure resumes there)."""
+        record = await self._store.get_trial(trial_id)
+        if record is not None and record.status == "running":
+            await self._feed(record)
+
     async def _feed(self, record: TrialRecord) -> None:
-        try:
-            if await self._pages(record):
-                await self._end(record)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the trial keeps its progress; a restart resumes it
-            log.error("replay of trial %s failed (%s); it resumes from its last page at the next start",
-                      record.id, describe(exc))
+        if await self._pages(record):
+            await self._end(record)
 
     async def _pages(self, record: TrialRecord) -> bool:
         """Feed page by page; True when the window is exhausted (False: the trial ended first)."""

@@ -42,6 +42,7 @@ from sidecar.redact import describe
 from sidecar.retention.seal import Sealer
 from sidecar.store.base import Store
 from sidecar.store.records import RetainedExchange, RetainResult
+from sidecar.supervise import RESTART, Supervisor
 
 log = logging.getLogger("shadowtrial.retention")
 
@@ -85,8 +86,10 @@ class RetentionWindow:
         *,
         default_retention: Callable[[str], bool],
         clock: Callable[[], float] = time.time,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.config = config
+        self._supervisor = supervisor or Supervisor()
         self.sealer = sealer
         self._store = store
         self._counters = counters
@@ -122,7 +125,8 @@ class RetentionWindow:
         return len(taken)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="shadowtrial-retention")
+        # Restarted if it dies: what it had not taken stays buffered (a batch in hand is lost).
+        self._task = self._supervisor.task("retention-writer", self._run, RESTART)
 
     async def stop(self, deadline_s: float = 5.0) -> None:
         """Write what is buffered within ``deadline_s``; count the rest shed."""
