@@ -40,10 +40,11 @@ A categorical metric gets the distribution of each arm and no numeric verdict.
 2. any metric without a score on one side          -> ``inconclusive``
 3. every metric ``equivalent``                     -> ``equivalent``
 4. none worse and at least one ``candidate_better`` -> ``candidate_better``
-5. otherwise (including no numeric metric at all)  -> ``inconclusive``
+5. none worse (otherwise)                          -> ``not_worse``
+6. otherwise (including no numeric metric at all)  -> ``inconclusive``
 
-"None worse" is read strictly: every metric is ``candidate_better`` or
-``equivalent``. An ``inconclusive`` metric has not shown that it is not worse,
+"None worse" is read strictly: every metric is ``candidate_better``,
+``equivalent`` or ``not_worse`` (shown not worse by more than its tolerance). An ``inconclusive`` metric has not shown that it is not worse,
 so it keeps the combination inconclusive.
 """
 
@@ -226,6 +227,6 @@ def combine(results: Iterable[MetricResult], *, alpha: float = 0.05) -> VerdictC
         return "inconclusive"
     if all(c == "equivalent" for c in codes):
         return "equivalent"
-    if all(c in ("candidate_better", "equivalent") for c in codes):
-        return "candidate_better"
+    if all(c in ("candidate_better", "equivalent", "not_worse") for c in codes):
+        return "candidate_better" if "candidate_better" in codes else "not_worse"
     return "inconclusive"
