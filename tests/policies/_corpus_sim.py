@@ -18,13 +18,13 @@ from policies.corpus_verdict import ABRow, ab_verdict, corpus_interval, delta_bo
 def grader_diffs(rng: np.random.Generator, items: int, *, base: float, cand: float) -> list[float]:
     b = rng.random(items) < base
     c = rng.random(items) < cand
-    return (c.astype(np.float64) - b.astype(np.float64)).tolist()
+    return [float(v) for v in c.astype(np.float64) - b.astype(np.float64)]
 
 
 def judge_scores(rng: np.random.Generator, items: int, *, win_rate: float, ties: float = 0.3) -> list[float]:
     u = rng.random(items)
     p_plus = win_rate - ties / 2
-    return np.where(u < p_plus, 1.0, np.where(u < p_plus + ties, 0.0, -1.0)).tolist()
+    return [float(v) for v in np.where(u < p_plus, 1.0, np.where(u < p_plus + ties, 0.0, -1.0))]
 
 
 def ab_trial(rng: np.random.Generator, trial: int, items: int, *, judge: bool, tolerance: float = 0.05,
