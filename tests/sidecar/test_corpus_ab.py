@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
+from tests.sidecar._no_zero_width import assert_no_zero_width
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, wait_for
 from tests.sidecar.runs_kit import GENERATORS, TEAM, Api, collector_toml, open_collector, planted_models
 
@@ -99,6 +100,7 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
             scored = await finished(api, right.json()["id"])
             no_calls = sum(fake.calls[m] for m in (*GENERATORS, JUDGE)) - calls_before
             by_suite = await api.call("GET", PATH, params={"suite_id": graders_only})
+            listed_all = (await api.call("GET", PATH)).json()
         finally:
             await api.aclose()
             await server.stop()
@@ -129,4 +131,5 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
     exact = scored["metrics"][0]
     assert exact["paired_items"] == 30 and exact["interval"][1] == 1.0 and 0.05 < exact["interval"][0] < 0.9
     assert no_calls == 0, "given outputs are scored without calling any model"
+    assert_no_zero_width(verdict, scored, listed_all, by_suite.json())
     assert [c["suite_id"] for c in by_suite.json()["comparisons"]] == [graders_only] * 2

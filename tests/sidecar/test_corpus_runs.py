@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
+from tests.sidecar._no_zero_width import assert_no_zero_width
 from tests.harness import CANDIDATE, JUDGE, wait_for
 from tests.sidecar.runs_kit import (
     GENERATORS,
@@ -242,4 +243,5 @@ async def test_a_worse_candidate_reads_candidate_behind(tmp_path: Path) -> None:
     # issue 23 that read Parity from a zero-width [0, 0] "95%" interval; 24 items that never differ
     # bound the difference only to about +-0.14 (the exact no-spread interval), wider than the band.
     assert marker["wording"] == "Inconclusive", marker
+    assert_no_zero_width(view)
     assert marker["interval"][0] < 0 < marker["interval"][1] and "no observed spread" in marker["interval_note"]
