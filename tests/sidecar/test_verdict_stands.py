@@ -9,7 +9,7 @@ the counts below. No audits, so each case is one judgment.
 The counts are chosen with the policies (tests/sidecar/test_fold.py checks
 them): 44 wins, 11 ties and 15 losses decide ``not_worse`` (Adoptable: not worse by more than
 the tolerance, issue 23); with one
-more loss, and with two, the interval of the current look alone touches parity,
+more loss, and with two, the interval of the current look alone reaches below 0.45 (-tolerance),
 so a read that evaluated from scratch would say *Collecting* again.
 """
 
@@ -69,7 +69,7 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         view = await h.settle(tid, len(outcomes))
         v = view["verdict"]
         assert (v["cases"], v["code"], v["wording"]) == (70, "not_worse", "Adoptable")
-        assert v["decision_bounds"]["lower"] > 0.5 and v["contradicted"] is False and v["restarts"] == 0
+        assert v["decision_bounds"]["lower"] > 0.45 and v["contradicted"] is False and v["restarts"] == 0
         decided_at = v["decided_at"]
         assert decided_at is not None and decided_at <= 70
 
@@ -79,7 +79,7 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         v = view["verdict"]
         assert evaluate({1.0: 44, 0.0: 11, -1.0: 16}, identity="x").verdict == "inconclusive"
         assert v["cases"] == 71 and v["mean_score"] == (44 - 16) / 71
-        assert v["decision_bounds_now"]["lower"] < 0.5 < v["decision_bounds"]["lower"]
+        assert v["decision_bounds_now"]["lower"] < 0.45 < v["decision_bounds"]["lower"]
         assert (v["code"], v["wording"], v["decided_at"], v["contradicted"]) == (
             "not_worse", "Adoptable", decided_at, False
         )
@@ -89,9 +89,9 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         state = await _stored_state(h, tid)
         assert (state["n"], state["decision"], state["decided_at"]) == (71, "not_worse", decided_at)
         health = view["judge_health"]
-        assert health["decisive"] == 61 and health["state"]["decisive"] == 61
+        assert health["decisive"] == 60 and health["state"]["decisive"] == 60  # 44 wins + 16 losses
         record = await h.runtime.store.get_trial(tid)
-        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 61
+        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 60
 
     # A restart of the sidecar on the same SQLite file: the kept intersection is read back.
     async with Harness(tmp_path, models=models()) as h:
@@ -103,7 +103,7 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         view = await h.settle(tid, 72)
         v = view["verdict"]
         assert evaluate({1.0: 44, 0.0: 11, -1.0: 17}, identity="x").verdict == "inconclusive"
-        assert v["cases"] == 72 and v["decision_bounds_now"]["lower"] < 0.5
+        assert v["cases"] == 72 and v["decision_bounds_now"]["lower"] < 0.45
         assert (v["code"], v["wording"], v["decided_at"], v["restarts"]) == (
             "not_worse", "Adoptable", decided_at, 0
         )
