@@ -42,7 +42,9 @@ neither the statistic nor ``fired_at``. Re-arming is a new state.
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -119,26 +121,69 @@ class CusumState:
         )
 
 
-def baseline_from_promotion(incumbent_wins: int, candidate_wins: int, *, z: float = 1.0) -> float:
-    """p0 for the watch: a conservative estimate of the replaced incumbent's share of decisive wins.
+#: The largest baseline a detector is designed for: its alternative p0 + 0.10 must stay below 1.
+MAX_BASELINE = 0.89
+#: The one-sided confidence of the baseline's upper bound.
+BASELINE_CONFIDENCE = 0.95
+#: The horizon of the false-alarm figure a watch displays, in decisive judgments.
+FALSE_ALARM_HORIZON = 1_000
 
-    Pass the promotion trial's decisive *primary* judgments (audits repeat a
-    case). The result is the share plus ``z`` standard errors (computed at the
-    share shrunk by half a win each way, so that 0 wins still has an error),
-    rounded up to a multiple of 0.01, capped at parity (0.5) and floored at
-    0.01; with no decisive judgment, 0.5. See the module docstring for why.
+
+def baseline_from_promotion(incumbent_wins: int, candidate_wins: int, *,
+                            confidence: float = BASELINE_CONFIDENCE) -> float:
+    """p0 for the watch: an upper confidence bound of the replaced incumbent's share of decisive wins.
+
+    Pass the promotion trial's decisive *primary* judgments (audits repeat a case). The result
+    is the one-sided ``confidence`` Wilson score upper bound of the share, rounded up to a
+    multiple of 0.01 and capped only at :data:`MAX_BASELINE` (issue 23: no floor that puts a
+    trial with no incumbent win at 0.01, no cap at parity that hides an old model slightly
+    better than the new one); with no decisive judgment, 0.5.
     """
     total = incumbent_wins + candidate_wins
     if incumbent_wins < 0 or candidate_wins < 0:
         raise ValueError("win counts cannot be negative")
-    if z < 0:
-        raise ValueError("z cannot be negative")
+    if not 0.5 <= confidence < 1:
+        raise ValueError("confidence must be in [0.5, 1)")
     if total == 0:
         return 0.5
+    z = statistics.NormalDist().inv_cdf(confidence)
     share = incumbent_wins / total
-    shrunk = (incumbent_wins + 0.5) / (total + 1.0)
-    upper = share + z * math.sqrt(shrunk * (1.0 - shrunk) / total)
-    return min(0.5, max(0.01, math.ceil(upper * 100.0 - 1e-9) / 100.0))
+    z2n = z * z / total
+    upper = (share + z2n / 2 + z * math.sqrt(share * (1 - share) / total + z2n / (4 * total))) / (1 + z2n)
+    return min(MAX_BASELINE, math.ceil(upper * 100.0 - 1e-9) / 100.0)
+
+
+@functools.lru_cache(maxsize=256)
+def false_alarm_within(design_: CusumDesign, p: float, horizon: int = FALSE_ALARM_HORIZON) -> float:
+    """The exact chance that the detector as run alarms within ``horizon`` decisive judgments when
+    the old model wins each with probability ``p`` (the minimum-cases rule ignored: it can only
+    delay an alarm, so this is an upper bound)."""
+    h = design_.threshold
+    if h <= 0:
+        return 1.0
+    dist = np.zeros(h)
+    dist[0] = 1.0
+    fired = 0.0
+    for _ in range(horizon):
+        nxt = np.zeros(h)
+        # up: state i -> i + up (fires at >= h); down: i -> max(0, i - down)
+        if design_.up < h:
+            nxt[design_.up:] += p * dist[: h - design_.up]
+        fired += p * float(dist[h - design_.up:].sum()) if design_.up < h else p * float(dist.sum())
+        nxt[0] += (1 - p) * float(dist[: design_.down + 1].sum())
+        nxt[1: h - design_.down] += (1 - p) * dist[design_.down + 1:]
+        dist = nxt
+    return min(1.0, fired)
+
+
+def displayed_false_alarm(design_: CusumDesign, *, confidence: float = BASELINE_CONFIDENCE,
+                          horizon: int = FALSE_ALARM_HORIZON) -> float:
+    """The false-alarm chance within ``horizon`` decisive judgments a watch displays: the detector's
+    own chance at its baseline, plus the chance (1 - ``confidence``) that the baseline's upper
+    bound fell below the truth. When the true share is at most the baseline the detector alarms
+    no more often than at the baseline (its statistic drifts down faster), so this bounds the
+    watch's real chance (the promotion trial's stopping aside; docs/statistics.md measures it)."""
+    return min(1.0, false_alarm_within(design_, design_.baseline, horizon) + (1 - confidence))
 
 
 def _steps(p0: float, p1: float, resolution: int) -> tuple[float, int, int]:
@@ -175,8 +220,8 @@ def design(
     min_judged: int = 30,
     resolution: int = 40,
 ) -> CusumDesign:
-    """Design a detector for p0 = ``baseline`` (capped at 0.5) against p0 + ``shift``."""
-    p0 = min(0.5, baseline)
+    """Design a detector for p0 = ``baseline`` against p0 + ``shift``."""
+    p0 = baseline
     p1 = p0 + shift
     if not 0 < p0 < p1 < 1:
         raise ValueError("need 0 < baseline < baseline + shift < 1")

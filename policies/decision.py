@@ -4,17 +4,34 @@ On any scale with a parity point p and a tolerance d >= 0, for an interval
 [lower, upper] after n cases (first rule that applies):
 
 * n < ``min_cases``                        -> ``inconclusive``
-* p - d <= lower and upper <= p + d        -> ``equivalent``
-* lower > p                                -> ``candidate_better``
-* upper < p                                -> ``regression``
+* lower > p + d                            -> ``candidate_better``  (better by more than d)
+* upper < p - d                            -> ``regression``        (worse by more than d)
+* p - d <= lower and upper <= p + d        -> ``equivalent``        (within +-d)
+* p - d <= lower                           -> ``not_worse``         (not worse by more than d,
+                                                                     better still open)
 * anything else                            -> ``inconclusive``
 
-The rule is symmetric: mirroring an interval about parity swaps
-``candidate_better`` and ``regression`` and keeps the other two codes. An
-interval wholly inside the tolerance is ``equivalent`` on either side of
-parity; "better" and "worse" are read only when the interval excludes parity
-*and* reaches outside the tolerance on that side. (Both ``candidate_better``
-and ``equivalent`` read "Adoptable" for traffic.)
+This is the A/B seed's reading of the tolerance, on the interval: a difference is
+"better" or "worse" only when the whole interval lies beyond the tolerance on
+that side, so a true difference *inside* the tolerance (a win rate of 0.47 at
+d = 0.05) reads ``regression`` only when the interval misses the truth (at most
+alpha / 2 for a confidence sequence), never merely because the interval excludes
+parity.
+
+``not_worse`` is the code of an interval that lies above ``p - d`` but still
+straddles ``p + d``: the candidate is shown not worse by more than the tolerance
+(the seed's "better or the same", hence *Adoptable* for traffic), and it is not yet
+known whether it is better by more than the tolerance or within it. On a running
+intersection (:mod:`policies.sequence`) its lower bound never falls again, so it
+can only sharpen into ``candidate_better`` or ``equivalent`` (both Adoptable too).
+Its mirror image (an interval below ``p + d`` straddling ``p - d``: not better by
+more, perhaps worse by more) decides nothing and stays ``inconclusive``: neither
+traffic word fits it. Corpus results never use ``not_worse``
+(:mod:`policies.corpus_verdict`).
+
+``candidate_better``, ``equivalent`` and ``regression`` are symmetric: mirroring
+an interval about parity swaps ``candidate_better`` and ``regression`` and keeps
+``equivalent``.
 """
 
 from __future__ import annotations
@@ -24,11 +41,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-VerdictCode = Literal["candidate_better", "equivalent", "regression", "inconclusive"]
-VERDICT_CODES: tuple[VerdictCode, ...] = ("candidate_better", "equivalent", "regression", "inconclusive")
+VerdictCode = Literal["candidate_better", "equivalent", "regression", "inconclusive", "not_worse"]
+VERDICT_CODES: tuple[VerdictCode, ...] = ("candidate_better", "equivalent", "regression", "inconclusive", "not_worse")
 
 # Indices of VERDICT_CODES, for the vectorised rule.
-BETTER, EQUIVALENT, REGRESSION, INCONCLUSIVE = 0, 1, 2, 3
+BETTER, EQUIVALENT, REGRESSION, INCONCLUSIVE, NOT_WORSE = 0, 1, 2, 3, 4
 
 
 def decide_index(
@@ -38,10 +55,16 @@ def decide_index(
     lo = np.asarray(lower, dtype=np.float64)
     hi = np.asarray(upper, dtype=np.float64)
     enough = np.asarray(n) >= min_cases
+    above_floor = lo >= parity - tolerance
     code = np.where(
-        (lo >= parity - tolerance) & (hi <= parity + tolerance),
-        EQUIVALENT,
-        np.where(lo > parity, BETTER, np.where(hi < parity, REGRESSION, INCONCLUSIVE)),
+        lo > parity + tolerance,
+        BETTER,
+        np.where(
+            hi < parity - tolerance,
+            REGRESSION,
+            np.where(above_floor & (hi <= parity + tolerance), EQUIVALENT,
+                     np.where(above_floor, NOT_WORSE, INCONCLUSIVE)),
+        ),
     )
     return np.where(enough, code, INCONCLUSIVE).astype(np.int8)
 

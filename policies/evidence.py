@@ -35,7 +35,8 @@ attempt per key (pass a retry, not also the attempt it retried).
 baseline in the metric's own units. Repetitions are averaged within their case (an item
 revision), then cases are averaged (DESIGN section 8). The 95% interval is the project's
 case-cluster bootstrap (:func:`policies.bootstrap.bootstrap_interval`: whole cases, 2,000
-resamples) over the case deltas, seeded from :func:`comparison_identity` (the two runs'
+resamples) over the case deltas, expanded for small samples (percentiles at
+:func:`policies.corpus_verdict.expanded_alpha`, issue 23 item 7), seeded from :func:`comparison_identity` (the two runs'
 ids, their grading passes and the metric id), so the same selection gives the same interval.
 The directional result (mean delta, interval, reading) is withheld, with the reason, when:
 
@@ -44,7 +45,11 @@ The directional result (mean delta, interval, reading) is withheld, with the rea
 * ``directions_differ`` — the sides disagree on the direction;
 * ``categorical`` — no numeric winner: each side's distribution over the paired cases;
 * ``no_paired_scores`` — no pair has both scores;
-* ``small_sample`` — fewer than 20 distinct paired cases: the mean delta, no interval.
+* ``small_sample`` — fewer than 20 distinct paired cases: the mean delta, no interval;
+* ``run_in_progress`` — a side's run has not ended (``Side.complete``): a fixed-sample interval
+  read after every item is not a 95% interval, so only the mean delta so far (issue 23, item 3);
+* ``no_spread`` — every case has the same delta: a bootstrap would be a zero-width "95%"
+  interval, which is never shown (issue 23, item 6; the metric's bounds are not known here).
 
 The reading says which side the interval favours under the metric's direction
 (``candidate_ahead``, ``baseline_ahead``) or ``no_difference_shown`` when it holds zero.
@@ -62,6 +67,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.bootstrap import DEFAULT_RESAMPLES, MIN_BOOTSTRAP_CASES, Interval, bootstrap_interval
+from policies.corpus_verdict import expanded_alpha
 from policies.graders import Direction
 from policies.money import Cost, add_costs
 
@@ -69,7 +75,8 @@ Status = Literal["completed", "failed", "invocation_indeterminate"]
 STATUSES: tuple[str, ...] = ("completed", "failed", "invocation_indeterminate")
 UnmatchedReason = Literal["item_missing", "revision_differs", "repetition_missing"]
 Withheld = Literal[
-    "metric_missing", "versions_differ", "directions_differ", "categorical", "no_paired_scores", "small_sample"
+    "metric_missing", "versions_differ", "directions_differ", "categorical", "no_paired_scores", "small_sample",
+    "run_in_progress", "no_spread",
 ]
 Reading = Literal["candidate_ahead", "baseline_ahead", "no_difference_shown"]
 #: An attempt's pairing key: (item id, revision id, repetition).
@@ -152,6 +159,8 @@ class Side:
     planned_generations: int
     attempts: tuple[Attempt, ...]
     grading_pass: str | None = None
+    #: Whether the run has ended. Before that no direction is read (see ``run_in_progress``).
+    complete: bool = True
 
     def __post_init__(self) -> None:
         if len(self.attempts) > self.planned_generations:
@@ -401,8 +410,12 @@ def _metric(
     mean = math.fsum(case_deltas) / len(case_deltas)
     if cases < MIN_BOOTSTRAP_CASES:
         return row("small_sample", mean)
+    if not (baseline.complete and candidate.complete):
+        return row("run_in_progress", mean)
+    if min(case_deltas) == max(case_deltas):
+        return row("no_spread", mean)
     interval = bootstrap_interval(case_deltas, identity=comparison_identity(baseline, candidate, metric_id),
-                                  alpha=alpha, resamples=resamples)
+                                  alpha=expanded_alpha(len(case_deltas), alpha), resamples=resamples)
     assert interval is not None  # at least MIN_BOOTSTRAP_CASES cases
     sign = 1.0 if b_dirs == ("higher",) else -1.0
     low, high = sorted((sign * interval.lower, sign * interval.upper))

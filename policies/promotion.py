@@ -11,7 +11,8 @@ Reasons, checked in this order:
   Idempotency-Key is not refused: it returns the first watch);
 - ``not_running_or_ended`` — the trial is paused (posture changed, starter
   unauthorised): resume or stop it first;
-- ``not_adoptable`` — the verdict is not *Adoptable* (better or equivalent).
+- ``not_adoptable`` — the verdict is not *Adoptable* (better, equivalent, or not worse by more
+  than the tolerance).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ Refusal = Literal["corpus_evidence", "already_promoted", "not_running_or_ended",
 
 #: Trial statuses a promotion may start from: running, or ended on its own or by an operator.
 PROMOTABLE: tuple[str, ...] = ("running", "stopped", "cap_reached")
-ADOPTABLE_CODES: tuple[str, ...] = ("candidate_better", "equivalent")
+ADOPTABLE_CODES: tuple[str, ...] = ("candidate_better", "equivalent", "not_worse")
 
 #: The sentinel's default share of the matching traffic (settable at promotion).
 DEFAULT_WATCH_SAMPLE_RATE = 0.01

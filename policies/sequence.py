@@ -19,12 +19,15 @@ Folding in a look (:func:`fold`):
    standing decision is withdrawn, ``restarts`` counts it and the look is marked
    ``contradicted``;
 3. the verdict of the (new) interval is computed with
-   :func:`policies.decision.decide`; the first non-``inconclusive`` verdict
-   becomes the **standing decision**, and stands at every later look of the
-   same epoch. (With the intersection, a standing ``candidate_better`` could
-   otherwise only turn ``equivalent`` - the interval can no longer reach parity
-   - and a standing ``regression`` likewise; a standing decision keeps what was
-   shown.)
+   :func:`policies.decision.decide` at the largest case count folded in. On a
+   running intersection that verdict is itself monotone: the lower bound never
+   falls and the upper bound never rises, so once an interval is above
+   ``parity - tolerance`` (``not_worse``, ``equivalent``, ``candidate_better``) or
+   below it (``regression``) it stays there. A reached decision therefore
+   **stands**; the only change it can make is to sharpen ``not_worse`` into
+   ``candidate_better`` or ``equivalent`` (all three read *Adoptable*). A stored
+   decision the rule no longer supports (a state kept under an earlier rule) is
+   re-read from its interval.
 
 No wrong decision is possible on the event that the CS covers the truth at
 every n (the intersection then always contains the truth, is never empty, and
@@ -137,9 +140,9 @@ def fold(
         if lo > hi:
             contradicted = True
             lo, hi, decision, decided_at, restarts = lower, upper, "inconclusive", None, restarts + 1
-    now = decide(lo, hi, n=n, parity=parity, tolerance=tolerance, min_cases=min_cases)
-    if decision == "inconclusive" and now != "inconclusive":
-        decision, decided_at = now, n
+    now = decide(lo, hi, n=seen, parity=parity, tolerance=tolerance, min_cases=min_cases)
+    if now != decision:
+        decision, decided_at = now, (None if now == "inconclusive" else n)
     state = SequenceState(seen, lo, hi, decision, decided_at, restarts, alpha, expected_cases, tolerance)
     return Fold(state, decision, contradicted)
 
@@ -180,13 +183,8 @@ def path(
         end = np.where(has_end, empty.argmax(axis=1), t_len)
         in_epoch = live & (n[None, :] - 1 < end[:, None])
         now = decide_index(run_lo, run_hi, n[None, :], parity=parity, tolerance=tolerance, min_cases=min_cases)
-        decided = in_epoch & (now != INCONCLUSIVE)
-        has_first = decided.any(axis=1)
-        first = np.where(has_first, decided.argmax(axis=1), t_len)
-        standing = now[np.arange(todo.size), np.minimum(first, t_len - 1)]
-        after = in_epoch & (n[None, :] - 1 >= first[:, None])
         block = codes[todo]
-        block[after] = np.broadcast_to(standing[:, None], after.shape)[after]
+        block[in_epoch] = now[in_epoch]
         codes[todo] = block
         restarts[todo[has_end]] += 1
         start[todo[has_end]] = end[has_end]

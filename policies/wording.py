@@ -20,6 +20,7 @@ TRAFFIC_WORDING: Mapping[str, str] = MappingProxyType(
     {
         "candidate_better": ADOPTABLE,
         "equivalent": ADOPTABLE,
+        "not_worse": ADOPTABLE,
         "regression": "Rejected",
         "inconclusive": "Collecting",
     }
@@ -30,6 +31,8 @@ CORPUS_WORDING: Mapping[str, str] = MappingProxyType(
     {
         "candidate_better": "Candidate ahead",
         "equivalent": "Parity",
+        # Corpus results never carry this code (policies.corpus_verdict); worded for completeness.
+        "not_worse": "Not behind",
         "regression": "Candidate behind",
         "inconclusive": "Inconclusive",
     }
@@ -42,7 +45,7 @@ def _check(code: str) -> None:
 
 
 def is_adoptable(code: VerdictCode) -> bool:
-    """Whether a *traffic* verdict allows promotion (better or equivalent)."""
+    """Whether a *traffic* verdict allows promotion (better, equivalent or not worse)."""
     _check(code)
     return TRAFFIC_WORDING[code] == ADOPTABLE
 

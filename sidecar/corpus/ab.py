@@ -19,10 +19,16 @@ its outputs. ``version`` is recorded as given.
 Each per-metric row: ``metric``, ``baseline``, ``candidate`` (each side's mean score; for the
 paired judge the win rates, parity 0.5 against the candidate's), ``delta``, ``comparator``
 (``higher_is_better`` / ``lower_is_better``) and ``threshold`` (the tolerance on the metric's
-scale, :func:`policies.corpus_verdict.band_for`). The verdict
-(:func:`policies.corpus_verdict.ab_verdict`) is given once the run has ended: ``regression``,
-``candidate_better``, ``equivalent``, or ``inconclusive`` (a run errored — a generation failed
-or was left indeterminate, or the cap ended it — or a metric has no score on a side).
+scale, :func:`policies.corpus_verdict.band_for`), ``paired_items``, ``interval`` (candidate -
+baseline over the paired items, at ``interval_level`` = 1 - 0.05 / m for m numeric metrics, so the
+verdict keeps a 5% family-wise error; :func:`policies.corpus_verdict.corpus_interval`: the
+expanded case-cluster bootstrap, none below 20 items, never of zero width), ``interval_note``
+and the metric's ``code``. The verdict (:func:`policies.corpus_verdict.ab_verdict`) is given
+once the run has ended, on the intervals: ``regression`` (a metric's interval below
+-threshold), ``equivalent`` (every interval within +-threshold), ``candidate_better`` (every
+metric better by more or within, one better by more), or ``inconclusive`` (the intervals do not
+settle it, fewer than 20 items, a run errored — a generation failed or was left indeterminate,
+or the cap ended it — or a metric has no score on a side).
 Categorical metrics have no numeric winner and are not rows; a metric not applicable to a
 side at all (latency of given outputs) is listed with ``applicable: false`` and left out.
 
@@ -41,7 +47,8 @@ import uuid
 from collections import defaultdict
 from typing import Any, Mapping
 
-from policies.corpus_verdict import ab_verdict, band_for
+from policies.bootstrap import Interval, bootstrap_identity
+from policies.corpus_verdict import ABRow, ab_verdict, band_for, corpus_interval, delta_bounds
 from policies.experiments import admit, plan_arm
 from policies.graders import MODEL_GRADERS, canonical, content_hash
 from policies.roles import Principal
@@ -222,16 +229,18 @@ class ABService:
         scores = await store.run_scores(record.id)
         errored = record.status == "cap_reached" or any(a.status in ("failed", "invocation_indeterminate")
                                                         for a in latest.values())
-        table, verdict_rows = _rows(metrics, latest, scores, ab["tolerance"])
+        table, verdict_rows = _rows(metrics, latest, scores, ab["tolerance"], record.id)
         out["metrics"] = table
         out["verdict"] = ab_verdict(verdict_rows, errored=errored) if final else None
         return out
 
 
-def _rows(metrics: list[Mapping[str, Any]], latest: Mapping[Any, Any], scores: list[Any], tolerance: float
-          ) -> tuple[list[dict[str, Any]], list[tuple[float | None, float, str]]]:
+def _rows(metrics: list[Mapping[str, Any]], latest: Mapping[Any, Any], scores: list[Any], tolerance: float,
+          identity: str) -> tuple[list[dict[str, Any]], list[ABRow]]:
     arm_of = {a.id: a.arm for a in latest.values() if a.status == "completed"}
+    item_of = {a.id: f"{a.item_id}/{a.revision_id}" for a in latest.values() if a.status == "completed"}
     values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    per_item: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     not_applicable: dict[tuple[str, str], int] = defaultdict(int)
     for s in scores:
         side = arm_of.get(s.attempt_id)
@@ -239,17 +248,20 @@ def _rows(metrics: list[Mapping[str, Any]], latest: Mapping[Any, Any], scores: l
             continue
         if s.status == "scored" and s.value is not None:
             values[(s.metric, side)].append(s.value)
+            per_item[(s.metric, side)][item_of[s.attempt_id]].append(s.value)
         elif s.status == "not_applicable":
             not_applicable[(s.metric, side)] += 1
+    numeric = [m for m in metrics if m["direction"] != "categorical"]
+    # Each metric's interval at alpha / m: the verdict over m metrics keeps a 5% family-wise error.
+    alpha = 0.05 / max(1, len(numeric))
     table: list[dict[str, Any]] = []
-    verdict_rows: list[tuple[float | None, float, str]] = []
-    for m in metrics:
-        if m["direction"] == "categorical":
-            continue
+    verdict_rows: list[ABRow] = []
+    for m in numeric:
         name = m["name"]
         comparator = "lower_is_better" if m["direction"] == "lower" else "higher_is_better"
         base: float | None
         cand: float | None
+        scale = tuple(m["spec"]["scale"]) if m["kind"] == "absolute_judge" else None
         if m["kind"] == "paired_judge":
             got = values[(name, "candidate")]
             cand = None if not got else (1 + sum(got) / len(got)) / 2
@@ -257,17 +269,28 @@ def _rows(metrics: list[Mapping[str, Any]], latest: Mapping[Any, Any], scores: l
             threshold = tolerance
             delta = None if cand is None else cand - 0.5
             applicable = True
+            diffs = [sum(v) / len(v) for v in per_item[(name, "candidate")].values()]
+            half = 0.5  # a case score d is a win-rate difference of d / 2
         else:
             b, c = values[(name, "baseline")], values[(name, "candidate")]
             base = sum(b) / len(b) if b else None
             cand = sum(c) / len(c) if c else None
             delta = None if base is None or cand is None else cand - base
-            scale = tuple(m["spec"]["scale"]) if m["kind"] == "absolute_judge" else None
             threshold = band_for(m["kind"], tolerance, scale=scale, baseline_mean=base)
             applicable = not any(not values[(name, side)] and not_applicable[(name, side)] for side in SIDES)
+            bi, ci = per_item[(name, "baseline")], per_item[(name, "candidate")]
+            diffs = [sum(ci[k]) / len(ci[k]) - sum(bi[k]) / len(bi[k]) for k in sorted(set(bi) & set(ci))]
+            half = 1.0
+        got_iv = corpus_interval(diffs, identity=bootstrap_identity(identity, str(m["version"]), name),
+                                 bounds=delta_bounds(m["kind"], scale=scale), alpha=alpha)
+        iv = got_iv.interval
+        interval = None if iv is None else Interval(iv.lower * half, iv.upper * half)
+        row = ABRow(interval, threshold, comparator, missing=delta is None)
         table.append({"metric": name, "kind": m["kind"], "version": m["version"], "baseline": base,
                       "candidate": cand, "delta": delta, "comparator": comparator, "threshold": threshold,
-                      "applicable": applicable})
+                      "applicable": applicable, "paired_items": len(diffs),
+                      "interval": None if interval is None else [interval.lower, interval.upper],
+                      "interval_level": 1 - alpha, "interval_note": got_iv.note, "code": row.code()})
         if applicable:
-            verdict_rows.append((delta, threshold, comparator))
+            verdict_rows.append(row)
     return table, verdict_rows

@@ -77,7 +77,9 @@ class EvidenceService:
         for s in await store.run_scores(group_id):
             scores.setdefault(s.attempt_id, []).append(s)
         attempts = tuple(_attempt(a, scores.get(a.id, [])) for a in latest.values())
-        return Side(f"{group_id}:{arm}", plan.planned_per_arm, attempts)
+        run = await store.get_run(group_id)
+        return Side(f"{group_id}:{arm}", plan.planned_per_arm, attempts,
+                    complete=run is not None and run.ended_at is not None)
 
     async def compare(self, principal: Principal, baseline: str | None, candidate: str | None) -> dict[str, Any]:
         base = await self._side(principal, _ref(baseline, "baseline"), "baseline")

@@ -121,10 +121,18 @@ def render_group(g: Mapping[str, Any]) -> str:
         if r["code"] is None:
             lines.append(f"  {r['arm']} vs {r['baseline_arm']} · {r['metric']}: categorical {r['distribution']}")
             continue
-        interval = "small sample" if r["interval"] is None else f"[{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]"
         estimate = "-" if r["estimate"] is None else f"{r['estimate']:+.3f}"
+        if not r.get("final", True):
+            # Issue 23, item 3: read after every item, a fixed-sample interval is not a 95% one.
+            lines.append(f"  {r['arm']} vs {r['baseline_arm']} · {r['metric']}: no direction until the run "
+                         f"completes (Δ so far {estimate}, {r['paired_items']} items)")
+            continue
+        interval = ("small sample" if r["interval"] is None and r.get("small_sample", True)
+                    else "none" if r["interval"] is None
+                    else f"[{r['interval'][0]:.3f}, {r['interval'][1]:.3f}]")
+        note = f"; {r['interval_note']}" if r.get("interval_note") and r["interval"] is None else ""
         lines.append(f"  {r['arm']} vs {r['baseline_arm']} · {r['metric']}: {r['wording']} "
-                     f"(Δ {estimate}, 95% {interval}, {r['paired_items']} items)")
+                     f"(Δ {estimate}, 95% {interval}, {r['paired_items']} items{note})")
     return "\n".join(lines)
 
 

@@ -15,12 +15,16 @@ Denominators are kept apart, never merged:
 zero), beside the group's ledger (``cap_micros``; ``spent_micros``, which holds the worst
 case of every call whose cost is not known; ``reserved_micros``).
 
-**Results**: for each non-baseline arm and each metric, the paired items' estimate and the
-95% case-cluster bootstrap interval (items are the clusters, their repetitions inside), the
-code of :func:`policies.corpus_verdict.corpus_code` and its corpus wording. Categorical
-metrics show each arm's distribution and name no winner. The pairing here is the group's
-own (same item revision and repetition, one group); comparing evidence across groups is
-:mod:`policies.evidence`'s.
+**Results**: for each non-baseline arm and each metric, the paired items' estimate and, once
+the run is complete (``final``), its 95% interval (:func:`policies.corpus_verdict.corpus_interval`:
+items are the clusters, their repetitions inside; the expanded case-cluster bootstrap, never of
+zero width), the code of :func:`policies.corpus_verdict.corpus_code` (better or worse only
+beyond the tolerance band) and its corpus wording. While the run is going the results are read
+after every item, and a fixed-sample interval read that way is not a 95% interval: no interval
+and no direction is shown (*Inconclusive*, ``final: false``, ``interval_note`` says why), only the
+running estimate. Categorical metrics show each arm's distribution and name no winner. The
+pairing here is the group's own (same item revision and repetition, one group); comparing
+evidence across groups is :mod:`policies.evidence`'s.
 
 Corpus evidence never promotes (:func:`policies.promotion.refusal`): nothing here reads
 "Adoptable", and ``evidence`` is ``corpus`` everywhere.
@@ -32,8 +36,8 @@ import json
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
-from policies.bootstrap import bootstrap_identity, bootstrap_interval
-from policies.corpus_verdict import band_for, corpus_code
+from policies.bootstrap import bootstrap_identity
+from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
 from sidecar.corpus.plan import GroupPlan
@@ -94,7 +98,8 @@ def report(plan: GroupPlan, run: RunRecord | None, attempts: Sequence[AttemptRec
     if run is not None:
         spend["ledger"] = {"cap_micros": run.cap_micros, "spent_micros": run.spent_micros,
                            "reserved_micros": run.reserved_micros}
-    results = _results(plan, latest, by_attempt, cancelled)
+    complete = run is not None and run.ended_at is not None
+    results = _results(plan, latest, by_attempt, cancelled, complete=complete)
     primary = [r for r in results if r["metric"] == plan.primary_metric]
     return {
         "progress": {"items": len(plan.items), "items_done": items_done,
@@ -152,7 +157,7 @@ def _arm_view(plan: GroupPlan, arm: str, latest: dict[Key, AttemptRecord],
 
 
 def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict[str, list[ScoreRecord]],
-             cancelled: set[str]) -> list[dict[str, Any]]:
+             cancelled: set[str], *, complete: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     base = plan.baseline.name
 
@@ -192,12 +197,15 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
             scale = tuple(m["spec"]["scale"]) if m["kind"] == "absolute_judge" else None
             band = band_for(m["kind"], plan.tolerance, scale=scale, baseline_mean=baseline_mean)
             withheld = len(versions) > 1
-            interval = None if withheld or not diffs else bootstrap_interval(
-                diffs, identity=bootstrap_identity(plan.comparison.id, m["version"], f"{m['name']}/{arm.name}"))
+            got = corpus_interval(diffs, identity=bootstrap_identity(plan.comparison.id, m["version"],
+                                                                     f"{m['name']}/{arm.name}"),
+                                  bounds=delta_bounds(m["kind"], scale=scale), complete=complete)
+            interval = None if withheld or not diffs else got.interval
             code = corpus_code(interval, band)
             row.update(paired_items=len(diffs), estimate=None if not diffs else sum(diffs) / len(diffs),
                        interval=None if interval is None else [interval.lower, interval.upper], band=band,
                        small_sample=len(diffs) < 20, withheld="versions_differ" if withheld else None,
+                       final=complete, interval_note=None if withheld or not diffs else got.note,
                        code=code, wording=corpus_wording(code))
             if m["kind"] == "paired_judge" and diffs:
                 row["win_rate"] = (1 + row["estimate"]) / 2

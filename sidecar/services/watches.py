@@ -81,6 +81,8 @@ class WatchService:
                 "statistic": w.statistic * design.unit, "threshold": design.threshold_llr,
                 "statistic_units": w.statistic, "threshold_units": design.threshold,
                 "min_judged": design.min_judged, "arl0_decisive": design.arl0,
+                # Issue 23, item 4: an honest bound for this watch, not the design's target alone.
+                "false_alarm_within_1000_decisive": cusum.displayed_false_alarm(design),
                 "fired": w.fired_at is not None, "fired_at_judged": w.fired_at,
             },
             "spend_today": {

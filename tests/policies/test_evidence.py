@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.bootstrap import bootstrap_interval
+from policies.corpus_verdict import expanded_alpha
 from policies.evidence import (
     Attempt,
     EvidenceComparison,
@@ -295,7 +296,9 @@ def test_the_interval_is_the_projects_case_cluster_bootstrap_seeded_from_the_sel
     b, c = _sides(30, reps=2)
     q = metric(compare_evidence(b, c))
     case_deltas = [sum(((i * 31 + r) % 7) / 20 for r in (1, 2)) / 2 for i in range(30)]
-    direct = bootstrap_interval(case_deltas, identity=comparison_identity(b, c, "quality"))  # 2,000 resamples
+    # 2,000 resamples, percentiles expanded for the sample size (issue 23, item 7).
+    direct = bootstrap_interval(case_deltas, identity=comparison_identity(b, c, "quality"),
+                                alpha=expanded_alpha(30, 0.05))
     assert q.interval is not None and direct is not None
     assert q.interval.lower == pytest.approx(direct.lower) and q.interval.upper == pytest.approx(direct.upper)
     assert q.mean_delta == pytest.approx(sum(case_deltas) / 30)
@@ -331,7 +334,8 @@ def test_the_reading_follows_the_metrics_direction() -> None:
     assert higher.reading == "candidate_ahead"
     assert lower.reading == "baseline_ahead"  # the candidate's value is higher, and lower is better
     flat = metric(_twenty_five(num(0.5), num(0.5)))
-    assert (flat.reading, flat.mean_delta) == ("no_difference_shown", 0.0)
+    # Every case the same: no zero-width interval, so no reading either (issue 23, item 6).
+    assert (flat.withheld, flat.interval, flat.reading, flat.mean_delta) == ("no_spread", None, None, 0.0)
 
 
 # --- latency ---------------------------------------------------------------------------------
@@ -431,3 +435,20 @@ def test_known_micros_is_the_sum_of_what_is_known(coverages: list[str], data: st
         assert total.coverage == "unknown" and total.known_micros == 0
     else:
         assert total.coverage == "partial"
+
+
+def test_no_direction_while_a_run_is_going_and_no_zero_width_interval() -> None:
+    """Issue 23, items 3 and 6: a side whose run has not ended gives no interval and no reading;
+    every case with the same delta gives none either (a zero-width "95%" interval before)."""
+    import dataclasses
+
+    b, c = _sides(30, reps=2)
+    going = metric(compare_evidence(b, dataclasses.replace(c, complete=False)))
+    assert (going.withheld, going.interval, going.reading) == ("run_in_progress", None, None)
+    assert going.mean_delta is not None
+    same_b = dataclasses.replace(b, attempts=tuple(
+        dataclasses.replace(a, scores=tuple(dataclasses.replace(s, value=0.0) for s in a.scores)) for a in b.attempts))
+    same_c = dataclasses.replace(c, attempts=tuple(
+        dataclasses.replace(a, scores=tuple(dataclasses.replace(s, value=1.0) for s in a.scores)) for a in c.attempts))
+    flat = metric(compare_evidence(same_b, same_c))
+    assert (flat.withheld, flat.interval, flat.reading, flat.mean_delta) == ("no_spread", None, None, 1.0)

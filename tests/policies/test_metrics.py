@@ -57,12 +57,21 @@ def test_direction_orients_the_difference() -> None:
     inc = rng.normal(1000, 100, n)
     cand = inc - 120 + rng.normal(0, 50, n)  # candidate is ~120 ms faster
     each = family_alpha(0.05, 2)
-    latency = compare_metric(MetricSpec("latency_ms", "lower", tolerance=20, design_sd=100), list(cand), list(inc), alpha=each)
-    assert latency.verdict == "candidate_better" and latency.difference == pytest.approx(120, abs=10)
-    assert latency.asymptotic and latency.note is not None
-    as_score = compare_metric(MetricSpec("score", "higher", tolerance=20, design_sd=100), list(cand), list(inc), alpha=each)
+    # Unbounded: shown, marked asymptotic, and never decides (issue 23, item 8).
+    unbounded = compare_metric(MetricSpec("latency_ms", "lower", tolerance=20, design_sd=100), list(cand), list(inc),
+                               alpha=each)
+    assert unbounded.verdict == "inconclusive" and unbounded.difference == pytest.approx(120, abs=10)
+    assert unbounded.asymptotic and unbounded.note is not None and "decides nothing" in unbounded.note
+    assert unbounded.sequence is not None and unbounded.sequence.lower > 20  # the interval is still shown
+    bounds = (0.0, 2000.0)  # a timeout: the exact interval, and a verdict
+    latency = compare_metric(MetricSpec("latency_ms", "lower", tolerance=20, design_sd=100, bounds=bounds),
+                             list(cand), list(inc), alpha=each)
+    assert latency.verdict == "candidate_better" and not latency.asymptotic
+    as_score = compare_metric(MetricSpec("score", "higher", tolerance=20, design_sd=100, bounds=bounds),
+                              list(cand), list(inc), alpha=each)
     assert as_score.verdict == "regression"
-    same = compare_metric(MetricSpec("score", "higher", tolerance=30, design_sd=100), list(inc + rng.normal(0, 20, n)), list(inc))
+    same = compare_metric(MetricSpec("score", "higher", tolerance=30, design_sd=100, bounds=bounds),
+                          list(inc + rng.normal(0, 20, n)), list(inc))
     assert same.verdict == "equivalent"
     assert combine([latency, as_score]) == "regression"
 
@@ -179,3 +188,18 @@ def test_five_metrics_combined_keep_the_family_wise_error() -> None:
         combine([compare_metric(s, [0.5] * 50, [0.5] * 50) for s in specs])
     adjusted = [compare_metric(s, [0.5] * 50, [0.5] * 50, alpha=each) for s in specs]
     assert combine(adjusted) in ("equivalent", "inconclusive")
+
+
+def test_unbounded_skewed_metrics_never_decide() -> None:
+    """Issue 23, item 8: log-normal (sigma 1.5) null differences gave 19.5% false regressions through
+    the plug-in interval; an unbounded metric is now shown (marked asymptotic) and never decides."""
+    rng = np.random.default_rng(23)
+    decided = 0
+    for _ in range(100):
+        cand = np.exp(1.5 * rng.standard_normal(400))
+        inc = np.exp(1.5 * rng.standard_normal(400))
+        res = compare_metric(MetricSpec("cost", "lower", tolerance=0.1, design_sd=5.0), list(cand), list(inc),
+                             expected_cases=100)
+        decided += res.verdict != "inconclusive"
+        assert res.asymptotic and res.sequence is not None
+    assert decided == 0

@@ -12,16 +12,20 @@ from policies.verdict import SequenceState, decide, evaluate
 @pytest.mark.parametrize(
     ("lower", "upper", "n", "code"),
     [
-        (0.51, 0.60, 100, "candidate_better"),
+        (0.56, 0.60, 100, "candidate_better"),  # wholly above +tolerance
+        (0.51, 0.60, 100, "not_worse"),  # above parity but straddling +tolerance: not worse, better still open
+        (0.45, 0.60, 100, "not_worse"),  # above -tolerance, straddling +tolerance: Adoptable by the seed's table
         (0.51, 0.54, 100, "equivalent"),  # above parity but within tolerance: equivalent, as below parity
         (0.46, 0.54, 100, "equivalent"),
         (0.45, 0.55, 100, "equivalent"),
         (0.46, 0.49, 100, "equivalent"),  # below parity but within tolerance
-        (0.40, 0.49, 100, "regression"),
+        (0.40, 0.44, 100, "regression"),  # wholly below -tolerance
+        (0.40, 0.49, 100, "inconclusive"),  # below parity but reaching inside the tolerance: never a regression
+        (0.40, 0.55, 100, "inconclusive"),  # not better by more, perhaps worse by more: no traffic word fits
         (0.44, 0.56, 100, "inconclusive"),
-        (0.48, 0.58, 100, "inconclusive"),
+        (0.48, 0.58, 100, "not_worse"),
         (0.51, 0.60, 19, "inconclusive"),  # below the minimum number of cases
-        (0.40, 0.49, 19, "inconclusive"),
+        (0.40, 0.44, 19, "inconclusive"),
     ],
 )
 def test_decide(lower: float, upper: float, n: int, code: str) -> None:
@@ -29,6 +33,8 @@ def test_decide(lower: float, upper: float, n: int, code: str) -> None:
 
 
 _MIRROR = {"candidate_better": "regression", "regression": "candidate_better"}
+# not_worse mirrors to an interval below +tolerance straddling -tolerance, which decides nothing.
+_MIRROR_OF_NOT_WORSE = "inconclusive"
 
 
 @pytest.mark.parametrize("lower", [k / 64 for k in range(19, 46)])
@@ -38,7 +44,12 @@ def test_decide_is_symmetric_about_parity(lower: float, width: float) -> None:
     upper = lower + width
     code = decide(lower, upper, n=100, parity=0.5, tolerance=4 / 64, min_cases=20)
     mirrored = decide(1 - upper, 1 - lower, n=100, parity=0.5, tolerance=4 / 64, min_cases=20)
-    assert mirrored == _MIRROR.get(code, code)
+    if code == "not_worse":
+        assert mirrored == _MIRROR_OF_NOT_WORSE
+    elif mirrored == "not_worse":
+        assert code == _MIRROR_OF_NOT_WORSE
+    else:
+        assert mirrored == _MIRROR.get(code, code)
 
 
 def test_mirror_image_evidence_gets_mirror_image_verdicts() -> None:
@@ -81,14 +92,17 @@ def test_evaluate_mapping_equals_sequence_and_is_on_win_rate_scale() -> None:
     assert a.interval is not None and a.interval.lower < a.win_rate < a.interval.upper
     # The anytime-valid sequence is wider than the fixed-n bootstrap interval.
     assert a.sequence.lower < a.interval.lower and a.sequence.upper > a.interval.upper
-    assert a.verdict == "candidate_better" and a.sequence.lower > 0.5
+    assert a.verdict == "candidate_better" and a.sequence.lower > 0.55
 
 
 def test_equivalent_and_regression_from_evaluate() -> None:
     tied = evaluate({1.0: 2000, 0.0: 6000, -1.0: 2000}, identity="x")
     assert tied.verdict == "equivalent"
-    worse = evaluate({1.0: 300, 0.0: 300, -1.0: 400}, identity="x")
-    assert worse.verdict == "regression" and worse.sequence.upper < 0.5
+    worse = evaluate({1.0: 250, 0.0: 300, -1.0: 450}, identity="x")
+    assert worse.verdict == "regression" and worse.sequence.upper < 0.45
+    # Below parity but not below -tolerance: never a regression (issue 23, item 2).
+    inside = evaluate({1.0: 300, 0.0: 300, -1.0: 400}, identity="x")
+    assert inside.sequence.upper < 0.5 and inside.sequence.upper > 0.45 and inside.verdict == "inconclusive"
     slightly_worse = evaluate({1.0: 9600, 0.0: 10_000, -1.0: 10_400}, identity="x")
     assert slightly_worse.sequence.upper < 0.5 and slightly_worse.verdict == "equivalent"
     slightly_better = evaluate({1.0: 10_400, 0.0: 10_000, -1.0: 9600}, identity="x")
@@ -97,23 +111,23 @@ def test_equivalent_and_regression_from_evaluate() -> None:
 
 def test_sequence_state_contract() -> None:
     """Idempotent on the same counts, JSON round trip, settings checked, contradiction restarts."""
-    first = evaluate({1.0: 300, 0.0: 100, -1.0: 100}, identity="x")
+    first = evaluate({1.0: 350, 0.0: 100, -1.0: 50}, identity="x")
     assert first.verdict == "candidate_better" and first.sequence_state.decided_at == 500
-    again = evaluate({1.0: 300, 0.0: 100, -1.0: 100}, identity="x", prior=first.sequence_state)
+    again = evaluate({1.0: 350, 0.0: 100, -1.0: 50}, identity="x", prior=first.sequence_state)
     assert again == first
     stored = json.loads(json.dumps(first.sequence_state.to_dict()))
     assert SequenceState.from_dict(stored) == first.sequence_state
     # A stale look (fewer cases) is still a valid look: it can only narrow the kept interval.
-    stale = evaluate({1.0: 200, 0.0: 100, -1.0: 100}, identity="x", prior=first.sequence_state)
+    stale = evaluate({1.0: 250, 0.0: 100, -1.0: 50}, identity="x", prior=first.sequence_state)
     assert first.sequence.lower <= stale.sequence.lower <= stale.sequence.upper <= first.sequence.upper
     assert stale.sequence_state.n == 500 and stale.verdict == "candidate_better"
     with pytest.raises(ValueError, match="other settings"):
         evaluate({1.0: 300}, identity="x", expected_cases=500, prior=first.sequence_state)
     # The traffic turns: the current interval no longer overlaps the kept one.
-    turned = evaluate({1.0: 300, 0.0: 100, -1.0: 5000}, identity="x", prior=first.sequence_state)
+    turned = evaluate({1.0: 350, 0.0: 100, -1.0: 5000}, identity="x", prior=first.sequence_state)
     assert turned.contradicted and turned.note is not None and "contradicts" in turned.note
     assert turned.sequence_state.restarts == 1 and turned.sequence == turned.sequence_now
-    assert turned.verdict == "regression" and turned.sequence_state.decided_at == 5400
+    assert turned.verdict == "regression" and turned.sequence_state.decided_at == 5450
 
 
 def test_boundary_is_the_empirical_bernstein_mixture() -> None:

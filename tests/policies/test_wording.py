@@ -14,6 +14,7 @@ def test_every_corpus_verdict_never_reads_adoptable() -> None:
         "equivalent": "Parity",
         "regression": "Candidate behind",
         "inconclusive": "Inconclusive",
+        "not_worse": "Not behind",  # corpus results never carry it (policies.corpus_verdict)
     }
     for word in list(words.values()) + list(CORPUS_WORDING.values()):
         assert "adopt" not in word.lower()
@@ -26,7 +27,7 @@ def test_traffic_wording() -> None:
         for ended in (False, True)
         for promoted in (False, True)
     }
-    for code in ("candidate_better", "equivalent"):
+    for code in ("candidate_better", "equivalent", "not_worse"):
         assert table[(code, False, False)] == table[(code, True, False)] == "Adoptable"
         assert table[(code, True, True)] == "Adopted"
         assert is_adoptable(code)

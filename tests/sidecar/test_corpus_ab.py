@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
+from tests.sidecar._no_zero_width import assert_no_zero_width
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, wait_for
 from tests.sidecar.runs_kit import GENERATORS, TEAM, Api, collector_toml, open_collector, planted_models
 
@@ -42,8 +43,11 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
                                          {"name": "marker", "kind": "grader",
                                           "grader": {"type": "contains", "value": "⟨q="}},
                                          {"name": "cost", "kind": "cost"}])
-            graders_only = await api.suite(ds, [{"name": "exact", "kind": "grader",
-                                                 "grader": {"type": "exact_match"}}], name="exact")
+            # Issue 23, item 1: a verdict rests on an interval, and 20 items at least; the outputs-only
+            # comparison runs on 30 (no model is called, so it costs nothing).
+            ds30 = await api.dataset(30, name="ds30")
+            graders_only = await api.suite(ds30, [{"name": "exact", "kind": "grader",
+                                                   "grader": {"type": "exact_match"}}], name="exact")
             b = body(suite)
             invalid = {
                 "$.baseline.ref": {**b, "baseline": {"type": "model"}},
@@ -87,7 +91,7 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
                 "outputs": {"baseline": {f"{i}": "wrong" for i in range(6)},
                             "candidate": {}}})
             assert given.status_code == 201, given.text
-            items = (await api.call("GET", f"/v1/datasets/{ds}/versions/1/items", reads_content=True)).json()["items"]
+            items = (await api.call("GET", f"/v1/datasets/{ds30}/versions/1/items", reads_content=True)).json()["items"]
             right = await api.call("POST", PATH, json={
                 "suite_id": graders_only, "baseline": {"type": "prompt", "ref": "support-v1"},
                 "candidate": {"type": "agent", "ref": "support-bot", "version": "7"},
@@ -96,6 +100,7 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
             scored = await finished(api, right.json()["id"])
             no_calls = sum(fake.calls[m] for m in (*GENERATORS, JUDGE)) - calls_before
             by_suite = await api.call("GET", PATH, params={"suite_id": graders_only})
+            listed_all = (await api.call("GET", PATH)).json()
         finally:
             await api.aclose()
             await server.stop()
@@ -113,11 +118,18 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
     for role in ("auditor", "viewer", "finops"):
         assert roles[role] == (403, 200, 200), role
     assert stranger.status_code == 404 and stranger_list.json()["comparisons"] == []
-    assert verdict["verdict"] == "candidate_better"
+    # Six items cannot settle anything: no interval below 20 items, so no direction (before issue 23
+    # this read candidate_better from point differences alone).
+    assert verdict["verdict"] == "inconclusive"
+    assert all(m["interval"] is None and m["interval_note"] == "small sample" for m in verdict["metrics"])
     assert verdict["baseline_run_id"] != verdict["candidate_run_id"]
     assert {m["metric"] for m in verdict["metrics"]} == {"pref", "marker", "cost"}
     assert {"metric", "baseline", "candidate", "delta", "comparator", "threshold"} <= set(verdict["metrics"][0])
     assert generations >= 12
     assert scored["verdict"] == "candidate_better" and scored["metrics"][0]["candidate"] == 1.0
+    # Every item differs by exactly 1: no zero-width "95%" interval, the exact no-spread bound instead.
+    exact = scored["metrics"][0]
+    assert exact["paired_items"] == 30 and exact["interval"][1] == 1.0 and 0.05 < exact["interval"][0] < 0.9
     assert no_calls == 0, "given outputs are scored without calling any model"
+    assert_no_zero_width(verdict, scored, listed_all, by_suite.json())
     assert [c["suite_id"] for c in by_suite.json()["comparisons"]] == [graders_only] * 2

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
+from tests.sidecar._no_zero_width import assert_no_zero_width
 from tests.sidecar.runs_kit import TEAM, Api, collector_toml, open_collector, planted_models, start_group
 from tests.sidecar.test_corpus_runs import wait_done
 
@@ -69,7 +70,11 @@ async def test_evidence_across_two_dataset_versions_leaves_revised_items_unmatch
         assert ev[side]["generation"]["numerator"] == ev[side]["generation"]["denominator"] == ITEMS * 2
         assert ev[side]["spend"]["coverage"] == "complete" and ev[side]["spend"]["known_micros"] > 0
     marker = next(m for m in ev["metrics"] if m["metric_id"] == "marker")
-    assert marker["paired"] == (ITEMS - 10) * 2 and marker["withheld"] is None, marker
+    # Both sides always carry the marker: every case differs by 0. Before issue 23 that was a
+    # zero-width [0, 0] "95%" interval; now it is withheld as no_spread (item 6).
+    assert marker["paired"] == (ITEMS - 10) * 2 and marker["withheld"] == "no_spread", marker
+    assert marker["interval"] is None and marker["mean_delta"] == 0.0
+    assert_no_zero_width(ev)
     assert "Adoptable" not in r.text and ev["evidence"] == "corpus"
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "baseline"
     assert other.status_code == 404, "another team's groups are not there"

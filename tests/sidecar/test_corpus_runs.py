@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
+from tests.sidecar._no_zero_width import assert_no_zero_width
 from tests.harness import CANDIDATE, JUDGE, wait_for
 from tests.sidecar.runs_kit import (
     GENERATORS,
@@ -30,12 +31,19 @@ METRICS: list[dict[str, Any]] = [
 ]
 
 
+#: Every results row read while its run had not ended, across the tests (issue 23, item 3).
+READ_MID_RUN: list[dict[str, Any]] = []
+
+
 async def wait_done(api: Api, group_id: str, timeout: float = 60.0) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     async def done() -> bool:
         r = await api.call("GET", f"/v1/comparisons/{group_id}")
         seen.update(r.json())
+        run = r.json().get("run") or {}
+        if run.get("ended_at") is None:
+            READ_MID_RUN.extend(run.get("results") or [])
         return bool(r.json()["status"] in ("completed", "cap_reached"))
 
     await wait_for(done, timeout=timeout, what="the group run to its end")
@@ -225,5 +233,15 @@ async def test_a_worse_candidate_reads_candidate_behind(tmp_path: Path) -> None:
             await api.aclose()
             await server.stop()
     assert view["run"]["primary"][0]["wording"] == "Candidate behind", view["run"]["primary"]
+    # Issue 23, item 3: read while the run was going, no row showed a direction or an interval.
+    numeric = [r for r in READ_MID_RUN if r["code"] is not None]
+    print(f"\n{len(numeric)} result rows read mid-run, none with a direction")
+    assert all(r["final"] is False and r["interval"] is None and r["code"] == "inconclusive"
+               and r["interval_note"].startswith("run in progress") for r in numeric if r["paired_items"])
     marker = next(r for r in view["run"]["results"] if r["metric"] == "marker")
-    assert marker["wording"] == "Parity", marker  # both always carry the marker: a pass rate of 1 on each side
+    # Both always carry the marker (a pass rate of 1 on each side): every item differs by 0. Before
+    # issue 23 that read Parity from a zero-width [0, 0] "95%" interval; 24 items that never differ
+    # bound the difference only to about +-0.14 (the exact no-spread interval), wider than the band.
+    assert marker["wording"] == "Inconclusive", marker
+    assert_no_zero_width(view)
+    assert marker["interval"][0] < 0 < marker["interval"][1] and "no observed spread" in marker["interval_note"]
