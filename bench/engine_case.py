@@ -173,6 +173,14 @@ async def amain(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _quick(parser: argparse.ArgumentParser, argv: list[str] | None, **small: object) -> None:
+    """``--quick``: a run of seconds that shows the benchmark still works (``make test`` runs every
+    benchmark so, tests/bench/); its figures are not for reading. Flags given explicitly still win."""
+    parser.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**small)
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="The sidecar's CPU per judged case, from the sidecar process.")
     p.add_argument("--cases", type=int, default=1000, help="exchanges per measured run (default 1000)")
@@ -182,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--otlp", action="store_true", help="export traces and metrics to a loopback OTLP/HTTP sink")
     p.add_argument("--export-interval", type=float, default=5.0, help="metric export interval with --otlp (s)")
     p.add_argument("--sample-ratio", type=float, default=1.0, help="share of cases traced with --otlp (default 1)")
+    _quick(p, argv, cases=60, warmup=10, rounds=1)
     args = p.parse_args(argv)
     return asyncio.run(amain(args))
 

@@ -339,6 +339,8 @@ async def amain(args: argparse.Namespace) -> int:
             specs[name] = ((PLUGIN_CALLBACK,), {"LITELLM_SHADOWTRIAL_TAP_URL": url, "LITELLM_SHADOWTRIAL_GATEWAY": "bench"})
         specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
         specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
+        if args.quick:  # two proxies, not six: the plugin against none, enough to show the bench runs
+            specs = {name: specs[name] for name in ("none", "plugin, sidecar up")}
         for i, (name, (callbacks, env)) in enumerate(specs.items()):
             config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments, callbacks=callbacks)
             proxies.append(LiteLLMProxy(name, venv, config, proxy_env(env)))
@@ -361,6 +363,14 @@ async def amain(args: argparse.Namespace) -> int:
                 child.stop()
 
 
+
+def _quick(parser: argparse.ArgumentParser, argv: list[str] | None, **small: object) -> None:
+    """``--quick``: a run of seconds that shows the benchmark still works (``make test`` runs every
+    benchmark so, tests/bench/); its figures are not for reading. Flags given explicitly still win."""
+    parser.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**small)
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=1000, help="sequential requests per proxy per round")
@@ -372,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-rate", type=float, default=0.05, help="the running trial's rate (sidecar up)")
     parser.add_argument("--stream", action="store_true", help="streamed answers (stream_options.include_usage)")
     parser.add_argument("--deadline", type=float, default=2400.0, help="stop measuring after this many seconds")
+    _quick(parser, argv, requests=20, throughput_requests=16, rounds=1, block=8, warmup=3, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 

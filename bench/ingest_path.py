@@ -4,7 +4,9 @@ room (every sampled claim journaled), and at rate 0 with the retention window bu
 exchange. It separates what the tap's own code costs under a flood
 from what the machine costs it (bench/tap.py measures the whole server).
 
-    .venv/bin/python bench/ingest_path.py
+    .venv/bin/python bench/ingest_path.py [--quick]
+
+``--quick`` runs in about a second (``make test`` runs it so, tests/bench/): its figures are not for reading.
 """
 import os
 import sys
@@ -22,15 +24,16 @@ from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
 from sidecar.engine.handoff import Handoff
 import tap as benchtap
+QUICK = "--quick" in sys.argv[1:]
 make = benchtap.body_maker(100, "m")
-bodies = [make(i) for i in range(300)]
+bodies = [make(i) for i in range(30 if QUICK else 300)]
 ex0 = json.loads(bodies[0])[0]
 def rt_for(rate, full, journal):
     rt = SimpleNamespace()
     rt.routing = RoutingTable(); rt.routing.current = Routes([Route("t1", ex0["team"], ex0["model"], None, None, rate, "local", True)])
     h = Handoff(10000)
     if full: h.offer_many([object()] * 10000)
-    rt.sinks = {"local": h}; rt.journal = journal; rt.funnel = FunnelCounter(); rt.counters = Counter()
+    rt.sinks = {"local": h}; rt.journals = {"local": journal} if journal is not None else {}; rt.funnel = FunnelCounter(); rt.counters = Counter()
     rt.outbox_full = False
     rt.retention = None  # the retention window off: the tap path as it was measured
     return rt

@@ -384,6 +384,14 @@ async def profile(variants: Variants, args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _quick(parser: argparse.ArgumentParser, argv: list[str] | None, **small: object) -> None:
+    """``--quick``: a run of seconds that shows the benchmark still works (``make test`` runs every
+    benchmark so, tests/bench/); its figures are not for reading. Flags given explicitly still win."""
+    parser.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**small)
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=400, help="calls per measurement")
@@ -393,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-shape", choices=("candidate", "judge"), default="candidate")
     parser.add_argument("--profile-concurrency", type=int, default=1)
     parser.add_argument("--profile-top", type=int, default=30)
+    _quick(parser, argv, calls=40, rounds=1)
     return asyncio.run(amain(parser.parse_args(argv)))
 
 

@@ -105,12 +105,21 @@ async def _empty(store: object) -> bool:
     return await store.outbox_depth() == 0  # type: ignore[attr-defined, no-any-return]
 
 
+
+def _quick(parser: argparse.ArgumentParser, argv: list[str] | None, **small: object) -> None:
+    """``--quick``: a run of seconds that shows the benchmark still works (``make test`` runs every
+    benchmark so, tests/bench/); its figures are not for reading. Flags given explicitly still win."""
+    parser.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**small)
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--down", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=20.0, help="exchanges per second")
     p.add_argument("--before", type=float, default=5.0)
     p.add_argument("--after", type=float, default=5.0)
+    _quick(p, None, down=1.0, rate=20.0, before=0.5, after=0.5)
     return asyncio.run(run(p.parse_args()))
 
 

@@ -1,6 +1,6 @@
 """Benchmark: delivery throughput from a sidecar's outbox to the reference collector, on loopback.
 
-    .venv/bin/python bench/uplink_throughput.py [--records 20000] [--batch-size 500]
+    .venv/bin/python bench/uplink_throughput.py [--records 20000] [--batch-size 500] [--quick]
 
 The collector runs as ``shadowtrial collector`` in a process of its own
 (SQLite, its own temp directory). Two phases, in the same run:
@@ -108,5 +108,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--records", type=int, default=20_000)
     p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
+    if "--quick" in sys.argv[1:]:  # make test runs it so (tests/bench/); explicit flags still win
+        p.set_defaults(records=500, batch_size=100)
     a = p.parse_args()
     asyncio.run(main(a.records, a.batch_size))

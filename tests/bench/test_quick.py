@@ -1,0 +1,69 @@
+"""Every benchmark in ``bench/`` runs, in its ``--quick`` mode, as part of the suite.
+
+Benchmarks are not timed here (speed is measured, not asserted): each one is run as a whole
+process, the way a reader runs it, and must exit 0 and print the figures it exists to print.
+What this catches is rot: a benchmark that no longer imports, or whose harness drifted from
+the code it measures (``bench/ingest_path.py`` crashed on a renamed attribute for a whole
+release because nothing ran it).
+
+The list of benchmarks is read from the folder, so a new one is covered the day it lands; its
+expected figure (a pattern its output must contain) is declared in ``FIGURES``, and a benchmark
+missing from there fails the suite, so nobody adds one without saying what it prints.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+
+#: Per benchmark, a pattern every run must print: the figure the benchmark exists for.
+FIGURES: dict[str, str] = {
+    "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
+    "engine_case.py": r"engine CPU per judged case -?\d+ µs",
+    "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",
+    "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",
+    "provider_calls.py": r"estimated engine CPU per judged case",
+    "tap.py": r"judged/s under flood / judged/s alone = ",
+    "uplink_outage.py": r"every record held exactly once",
+    "uplink_throughput.py": r"sidecar-side CPU per delivered record: +[\d,.]+ µs",
+    "watch_detection.py": r"50 watches: false alarms",
+}
+
+#: Benchmarks that need the real LiteLLM proxy's own environment (built once, cached, by
+#: tests/litellm_proxy.py): skipped where it cannot be built, like the proxy's own tests.
+NEEDS_LITELLM = {"gateway_overhead.py"}
+
+#: Bound on one quick run, far above what any takes on 2 cores (a hang fails, never waits).
+TIMEOUT_S = 240
+
+
+def benchmarks() -> list[str]:
+    return sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+
+
+def test_every_benchmark_declares_its_figure() -> None:
+    assert set(benchmarks()) == set(FIGURES), "add the new benchmark's figure to FIGURES"
+
+
+@pytest.mark.parametrize("name", benchmarks())
+def test_benchmark_runs_quick(name: str) -> None:
+    if name in NEEDS_LITELLM:
+        from tests.litellm_proxy import litellm_or_skip
+
+        litellm_or_skip()  # fails under CI, as the proxy's own tests do
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, str(BENCH / name), "--quick"], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, f"{name} --quick exited {run.returncode}:\n{out[-4000:]}"
+    assert re.search(FIGURES[name], run.stdout), f"{name} --quick printed no figure:\n{out[-4000:]}"
