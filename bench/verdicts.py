@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/verdicts.py            # all tables, a few minutes on 2 shared cores
     .venv/bin/python bench/verdicts.py tolerance  # one table: tolerance | ab | smalln
+    .venv/bin/python bench/verdicts.py --quick    # every table on a few trials (make test runs it so)
 
 - tolerance: live trials at true win rates inside the tolerance (0.47-0.53, tolerance 0.05),
   1,000 trials x 5,000 cases read after every case: regression / candidate_better / equivalent.
@@ -27,6 +28,11 @@ from tests.policies._sim import first_true, simulate_case_scores, verdict_path  
 from tests.policies.test_corpus_verdicts import _vectorised_false_direction  # noqa: E402
 
 
+#: ``--quick`` divides every trial count by this: figures not for reading, a run that shows the
+#: tables still compute (tests/bench/ runs every benchmark so).
+QUICK = 50 if "--quick" in sys.argv[1:] else 1
+
+
 def se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 1e-12) / n)
 
@@ -34,16 +40,16 @@ def se(p: float, n: int) -> float:
 def tolerance() -> None:
     print("| true win rate | regression | candidate_better | equivalent reached (median cases) |")
     for w in (0.47, 0.48, 0.52, 0.53):
-        x = simulate_case_scores(np.random.default_rng(int(w * 100)), 1000, 5000, win_rate=w)
+        x = simulate_case_scores(np.random.default_rng(int(w * 100)), 1000 // QUICK, 5000 // QUICK, win_rate=w)
         codes, _ = verdict_path(x)
         reg, bet = (codes == REGRESSION).any(1).mean(), (codes == BETTER).any(1).mean()
         eq = first_true(codes == EQUIVALENT)
-        print(f"| {w:.2f} | {reg:.1%} ±{se(reg, 1000):.1%} | {bet:.1%} | {(eq > 0).mean():.1%}"
+        print(f"| {w:.2f} | {reg:.1%} ±{se(reg, 1000 // QUICK):.1%} | {bet:.1%} | {(eq > 0).mean():.1%}"
               f" ({np.median(eq[eq > 0]):.0f}) |")
 
 
 def ab() -> None:
-    trials = 1000
+    trials = 1000 // QUICK
     print("| items | suite | equal arms: wrong direction | planted gap: candidate_better |")
     for items in (20, 50, 200):
         for judge in (False, True):
@@ -56,7 +62,7 @@ def ab() -> None:
 
 
 def smalln() -> None:
-    trials = 4000
+    trials = 4000 // QUICK
     print("| items | plain percentile | expanded |")
     for n in (20, 30, 50):
         plain = _vectorised_false_direction(np.random.default_rng(n), trials, n, expanded=False)
@@ -66,6 +72,6 @@ def smalln() -> None:
 
 if __name__ == "__main__":
     tables = {"tolerance": tolerance, "ab": ab, "smalln": smalln}
-    for name in sys.argv[1:] or list(tables):
+    for name in [a for a in sys.argv[1:] if a != "--quick"] or list(tables):
         print(f"\n## {name}")
         tables[name]()

@@ -34,6 +34,7 @@ FIGURES: dict[str, str] = {
     "tap.py": r"judged/s under flood / judged/s alone = ",
     "uplink_outage.py": r"every record held exactly once",
     "uplink_throughput.py": r"sidecar-side CPU per delivered record: +[\d,.]+ µs",
+    "verdicts.py": r"## smalln\n\| items \| plain percentile \| expanded \|\n\| 20 \| \d",
     "watch_detection.py": r"50 watches: false alarms",
 }
 
