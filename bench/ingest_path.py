@@ -16,11 +16,11 @@ import tempfile
 import time
 from collections import Counter
 from types import SimpleNamespace
-from sidecar.ingest.tap import ingest
+from sidecar.api.tap import ingest
 from sidecar.ingest.routing import RoutingTable, Route, Routes
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 import tap as benchtap
 make = benchtap.body_maker(100, "m")
 bodies = [make(i) for i in range(300)]

@@ -21,7 +21,7 @@ from sidecar.api.admin import admin_app
 from sidecar.config import Config
 from sidecar.errors import StartupError
 from sidecar.runtime import Runtime
-from sidecar.ingest.tap import tap_runner
+from sidecar.api.tap import tap_runner
 
 log = logging.getLogger("shadowtrial")
 

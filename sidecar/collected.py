@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import msgspec
 
 from policies.wording import traffic_wording
-from sidecar.api.views import spend_view
+from sidecar.services.views import spend_view
 from sidecar.control_plane import ControlPlane
 from sidecar.fold import fold_trial
 from sidecar.store.base import Store

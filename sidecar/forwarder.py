@@ -4,7 +4,7 @@ For a trial pinned to the control plane the sidecar stops at "sample" (DESIGN.md
 the tap offers the claim to this sink's :attr:`Forwarder.handoff` instead of the engine's,
 and the collector runs the case with its own providers and judge (issue 11 item 5).
 
-The shape of the engine's hand-off: the tap's :meth:`~sidecar.engine.handoff.Handoff.offer_many`
+The shape of the engine's hand-off: the tap's :meth:`~sidecar.ingest.handoff.Handoff.offer_many`
 never waits; a full buffer refuses the *newest* claims, which the tap counts
 ``shed_queue_full``. One task on the main loop takes batches and writes each claim as an
 :class:`~uplink.schema.ExchangeRecord` (bodies included, ``id``
@@ -35,7 +35,7 @@ from typing import Callable
 import msgspec
 
 from sidecar.engine.engine import Claim
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.redact import describe

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from sidecar.config import Config
 from sidecar.engine.engine import SITE, Claim, Engine
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import (
     configured_retention, engine_settings, open_providers, price_book, resolver, runnable, trial_defaults,
 )

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from sidecar.config import Config
 from sidecar.engine.engine import Claim, Engine
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
 from sidecar.engine.process import decode_claims, encode_claims
 from sidecar.engine.subjects import FinishHook

@@ -1,7 +1,7 @@
 """The engine: its own thread and event loop, off the tap's.
 
 The tap's loop only decodes, matches, samples and offers :class:`Claim`\\ s to
-the :class:`~sidecar.engine.handoff.Handoff`; everything that waits on a
+the :class:`~sidecar.ingest.handoff.Handoff`; everything that waits on a
 provider or the store happens here, so a flood of exchanges cannot starve the
 cases and a slow provider cannot delay the tap. The engine owns, on its loop:
 its own store connection, the provider clients, the subjects of running
@@ -41,14 +41,14 @@ from sidecar.engine.case import CaseRunner
 from sidecar.retention.seal import Sealer
 from sidecar.auth.revocations import Revocations
 from sidecar.fold import fold_trial
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, SubjectKind, activate
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import Provider
 from sidecar.redact import describe
-from sidecar.services.posture_report import report_and_pause
+from sidecar.engine.posture_report import report_and_pause
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import EngineTelemetry

@@ -7,7 +7,7 @@ engine has its own interpreter, and the operating system shares the cores.
 
 The seam is the same :class:`~sidecar.engine.engine.Claim` the tap hands any
 sink. This side (in the sidecar's process) keeps the tap's bounded
-:class:`~sidecar.engine.handoff.Handoff`, the one place where claims are shed
+:class:`~sidecar.ingest.handoff.Handoff`, the one place where claims are shed
 and counted; a forwarder thread takes batches from it and writes them to a
 pipe (msgpack). In the engine's process (:mod:`sidecar.engine.child`) a reader
 puts them into the engine's own small hand-off, *waiting* for room, so a busy
@@ -41,7 +41,7 @@ import msgspec
 
 from sidecar.config import Config
 from sidecar.engine.engine import Claim
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.wire import Exchange

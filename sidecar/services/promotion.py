@@ -31,7 +31,7 @@ from policies import cusum
 from policies.money import Price
 from policies.promotion import DEFAULT_WATCH_SAMPLE_RATE, PROMOTABLE, refusal, utc_day
 from policies.roles import Principal
-from sidecar.api.views import read_trial, trial_view
+from sidecar.services.views import read_trial, trial_view
 from sidecar.errors import BadRequest, NotFound, PromotionRefused
 from sidecar.ingest.wire import split_path
 from sidecar.runtime import Runtime

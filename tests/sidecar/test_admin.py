@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sidecar.api.admin import admin_app
-from sidecar.ingest.tap import tap_app
+from sidecar.api.tap import tap_app
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 UNPRICED_ALIAS = "unpriced-model"

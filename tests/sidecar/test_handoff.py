@@ -1,4 +1,4 @@
-"""The hand-off between the tap's loop and the engine's (sidecar/engine/handoff.py)."""
+"""The hand-off between the tap's loop and the engine's (sidecar/ingest/handoff.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 
 
 def test_a_full_handoff_refuses_the_newest_and_keeps_order() -> None:

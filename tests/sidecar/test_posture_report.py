@@ -1,5 +1,5 @@
 """The pieces of posture around the API: the pure rules (:mod:`policies.posture`), a sidecar's
-gateway report and the pauses it causes (:mod:`sidecar.services.posture_report`, what the
+gateway report and the pauses it causes (:mod:`sidecar.engine.posture_report`, what the
 engine's heartbeat runs), and the ``shadowtrial teams posture`` commands."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from policies.posture import (
     Report, live_uplink, may_set_posture, needs_pause, posture_site, retention_features,
 )
 from policies.roles import Principal
-from sidecar.services.posture_report import report_and_pause
+from sidecar.engine.posture_report import report_and_pause
 from sidecar.store import make_store
 from tests.harness import Harness
 from tests.sidecar.test_cli import cli, env_for

@@ -14,7 +14,7 @@ from typing import Any
 
 from policies.verdict import Evaluation
 from policies.wording import traffic_wording
-from sidecar.api.health import judge_health_view
+from sidecar.services.health import judge_health_view
 from sidecar.fold import fold_trial
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.runtime import Runtime
