@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections import Counter
 from types import SimpleNamespace
-from sidecar.api.tap import ingest
+from sidecar.ingest.intake import ingest
 from sidecar.ingest.routing import RoutingTable, Route, Routes
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal

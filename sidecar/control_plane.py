@@ -28,7 +28,8 @@ import msgspec
 
 from policies.site import Site
 from sidecar.config import Config
-from sidecar.engine.engine import Claim, Engine
+from sidecar.engine.engine import Engine
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
 from sidecar.ingest.routing import RoutingTable

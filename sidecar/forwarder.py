@@ -34,7 +34,7 @@ from typing import Callable
 
 import msgspec
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable

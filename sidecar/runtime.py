@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from aiohttp import web
 
 from sidecar.config import Config
-from sidecar.engine.engine import SITE, Claim, Engine
+from sidecar.engine.engine import SITE, Engine
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import (
     configured_retention, engine_settings, open_providers, price_book, resolver, runnable, trial_defaults,

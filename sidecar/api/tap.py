@@ -42,21 +42,17 @@ import hmac
 import logging
 import re
 import zlib
-from collections import Counter
 from typing import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from policies.sampling import is_sampled
-from sidecar.engine.engine import Claim
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
-from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER
 from sidecar.runtime import RUNTIME, Runtime
-from sidecar.ingest.screen import Screened, screen_batch
-from sidecar.ingest.wire import DecodeError, TapReply, decode_batch, encode
+from sidecar.ingest.intake import ingest, offer
+from sidecar.ingest.wire import DecodeError, encode
 from sidecar.integrations import litellm_webhook
 from sidecar.trials import MAX_NAME_CHARS, NAME_RULE
 
@@ -90,84 +86,6 @@ class _Refused(Exception):
         super().__init__(message)
         self.response = _error(status, code, message, headers=headers)
         self.reason = reason
-
-
-def ingest(rt: Runtime, body: bytes, content_type: str, teams: frozenset[str] | None = None) -> TapReply:
-    """Decode, screen, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
-
-    A claim goes to the sink of its trial's pinned execution site; a full sink
-    refuses the newest claims, which are counted ``shed_queue_full`` (``shed_stopped``
-    once the sink closed: stopping, or its engine's process died). ``teams``: the
-    teams the gateway's credential may report (None: any); an exchange for another
-    team is refused and counted, never matched."""
-    return offer(rt, screen_batch(decode_batch(body, content_type)), teams)
-
-
-def offer(rt: Runtime, screened: Screened, teams: frozenset[str] | None = None) -> TapReply:
-    """The part of :func:`ingest` after decoding: match, sample, hand claims to their sinks."""
-    exchanges = screened.exchanges
-    refused = 0
-    if teams is not None:
-        allowed = [ex for ex in exchanges if ex.team in teams]
-        refused = len(exchanges) - len(allowed)
-        exchanges = allowed
-        if refused:
-            rt.counters["tap_exchanges_refused_team"] += refused
-    routes = rt.routing.current  # one consistent table for the whole batch
-    counts: Counter[tuple[str, str]] = Counter()
-    claims: dict[str, list[Claim]] = {}
-    content_free: set[str] = set()
-    outbox_shed = 0
-    for ex in exchanges:
-        for route in routes.match(ex):
-            if not route.prompt_retention:
-                content_free.add(route.trial_id)
-            if ex.redacted:
-                counts[(route.trial_id, "skipped_redacted")] += 1
-            elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
-                counts[(route.trial_id, "not_sampled")] += 1
-            elif rt.outbox_full:  # its result could not be recorded for the collector
-                counts[(route.trial_id, "shed_outbox_full")] += 1
-                outbox_shed += 1
-            else:
-                claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
-    sampled, shed = 0, outbox_shed
-    for site, batch in claims.items():
-        sink = rt.sinks.get(site)
-        journal = rt.journals.get(site)  # each sink's claims are written to its own journal
-        if sink is None:
-            taken = 0
-        elif journal is None:
-            taken = sink.offer_many(batch)
-        else:
-            batch = journal.number(batch)
-            taken = sink.offer_many(batch)
-            _write(rt, journal, batch[:taken], content_free)
-        sampled += taken
-        outcome = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
-        for claim in batch[taken:]:
-            shed += 1
-            counts[(claim.trial_id, outcome)] += 1
-    if counts:
-        rt.funnel.add_many(counts)
-    if rt.retention is not None:  # buffered for its writer: never awaited here
-        rt.retention.offer(exchanges)
-    for figure, n in screened.excluded.items():
-        rt.counters[f"tap_figures_excluded_{figure}"] += n
-    rt.counters["exchanges_received"] += len(exchanges)
-    rt.counters["cases_sampled"] += sampled
-    rt.counters["cases_shed"] += shed
-    return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
-
-
-def _write(rt: Runtime, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:
-    """Journal the claims the sink took, before the tap answers (a crash cannot lose them)."""
-    try:
-        journal.write(claims, content_free)
-    except OSError as exc:  # disk full, say: the claims still run; only crash-safety is lost
-        rt.counters["journal_write_errors"] += 1
-        if rt.counters["journal_write_errors"] == 1 or rt.counters["journal_write_errors"] % 1000 == 0:
-            log.error("intake journal write failed (%s): sampled cases are not crash-safe", exc.strerror)
 
 
 def bearer_token(values: list[str]) -> bytes | None:

@@ -41,11 +41,11 @@ from sidecar.engine.case import CaseRunner
 from sidecar.retention.seal import Sealer
 from sidecar.auth.revocations import Revocations
 from sidecar.fold import fold_trial
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, SubjectKind, activate
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
-from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import Provider
 from sidecar.redact import describe
 from sidecar.engine.posture_report import report_and_pause
@@ -62,19 +62,6 @@ T = TypeVar("T")
 #: A sidecar's engine's execution site (DESIGN.md section 9): it runs local trials only. The
 #: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.control_plane`).
 SITE: Site = "local"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A sampled (trial, exchange): plain data, no clients or judges inside."""
-
-    trial_id: str
-    exchange: Exchange
-    #: Its number in the intake journal (:mod:`sidecar.ingest.journal`); 0 when not journaled.
-    seq: int = 0
-    #: False for a claim carried over a crash for a retention-off team, whose content the
-    #: journal did not keep: it cannot run, so it is recorded ``shed_stopped`` (once).
-    content_kept: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,14 +37,13 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Sequence
 
-import msgspec
 
 from sidecar.config import Config
-from sidecar.engine.engine import Claim
+from sidecar.engine.pipe import END, decode_claims, encode_claims
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
-from sidecar.ingest.wire import Exchange
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -52,20 +51,6 @@ log = logging.getLogger("shadowtrial.engine")
 BATCH = 64
 #: How long the engine's process may take to open its store and report in.
 START_TIMEOUT_S = 60.0
-
-ENCODER = msgspec.msgpack.Encoder()
-DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]])
-#: The forwarder's last message: everything queued has been sent.
-END = b""
-
-
-def encode_claims(claims: Sequence[Claim]) -> bytes:
-    return ENCODER.encode([(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims])
-
-
-def decode_claims(data: bytes) -> list[Claim]:
-    return [Claim(t, ex, seq, kept) for seq, t, ex, kept in DECODER.decode(data)]
-
 
 class EngineStartError(RuntimeError):
     """The engine's process could not start (its message says why)."""

@@ -33,7 +33,7 @@ from typing import Collection, Sequence
 
 import msgspec
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.errors import StartupError
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 

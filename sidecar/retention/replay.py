@@ -37,7 +37,7 @@ import time
 from typing import Callable, Protocol
 
 from policies.sampling import is_sampled
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.redact import describe
 from sidecar.retention.seal import Sealer, UnsealError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.forwarder import Forwarder
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable

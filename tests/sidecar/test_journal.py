@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.ingest import journal as journal_mod
 from sidecar.ingest.journal import Journal, JournalInUse
 from sidecar.ingest.wire import Exchange

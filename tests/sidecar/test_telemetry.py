@@ -219,8 +219,8 @@ def test_a_bad_telemetry_setting_is_refused_by_name(tmp_path: Path, text: str, e
 def test_the_trace_context_travels_with_the_claim_through_the_journal_and_the_pipe(tmp_path: Path) -> None:
     import msgspec
 
-    from sidecar.engine.engine import Claim
-    from sidecar.engine.process import decode_claims, encode_claims
+    from sidecar.ingest.claims import Claim
+    from sidecar.engine.pipe import decode_claims, encode_claims
     from sidecar.ingest.journal import Journal
     from sidecar.ingest.wire import Exchange
 
