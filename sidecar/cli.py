@@ -36,7 +36,8 @@ from sidecar import compare_cli
 from sidecar.corpus import cli as corpus_cli
 from sidecar.corpus import experiments_cli
 from sidecar.errors import ConfigError, StartupError
-from sidecar.render import render_live, render_trial, render_trial_list
+from sidecar.cli_watches import render_live
+from sidecar.render import render_trial, render_trial_list
 from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
 
 if TYPE_CHECKING:

@@ -163,3 +163,25 @@ def render_live_head(d: dict[str, Any]) -> list[str]:
     if watches:
         out.append(render_watches(watches))
     return out
+
+
+def render_live(d: dict[str, Any]) -> str:
+    out = []
+    alerts = d.get("alerts") or []
+    out.append(f"alerts: {len(alerts)} firing" if alerts else "alerts: none firing")
+    out.extend(render_live_head(d))  # firing alerts first, then the tiles and the watches
+    running = d.get("running_trials") or []
+    if running:
+        rows = [
+            (t["id"], t["team"], t["candidate_model"], t["verdict"]["wording"], str(t["verdict"]["cases"]),
+             pct(t["verdict"]["win_rate"]), usd(t["spend"]["known_micros"]))
+            for t in running
+        ]
+        out.append(table(rows, ("trial", "team", "candidate", "verdict", "cases", "win rate", "spend")))
+    else:
+        out.append("no running trials")
+    s = d["evaluation_spend"]
+    out.append(f"evaluation spend: {usd(s['known_micros'])} known, {usd(s['reserved_micros'])} reserved (never summed into gateway spend)")
+    i = d["intake"]
+    out.append(f"intake queue: {i['depth']}/{i['capacity']}, {i['in_flight']} case(s) in flight")
+    return "\n".join(out)

@@ -48,7 +48,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import BodyPartReader, web
 
-from sidecar.api.admin import errors_middleware, read_body
+from sidecar.api.kit import errors_middleware, read_body
 from sidecar.api.authn import authn_middleware
 from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of

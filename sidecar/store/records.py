@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sidecar.store.outbox import OutboxRecord as OutboxRecord  # re-exported: callers name it from here
+from sidecar.store.watch_records import WatchStep
+
 TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted"]
 ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
 CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
@@ -202,21 +205,6 @@ class CaseFinish:
     incumbent_cost_micros: int | None = None
     incumbent_cost_coverage: str = "unknown"
 
-
-@dataclass(frozen=True, slots=True)
-class OutboxRecord:
-    """An effect of a finished case: one record for the uplink's outbox.
-
-    ``record_id`` is the deduplication key downstream; writing the same id
-    twice keeps the first (at-least-once delivery, DESIGN.md rule 9).
-    """
-
-    record_id: str
-    topic: str
-    body: str
-
-
-from sidecar.store.watch_records import WatchStep  # noqa: E402  (its module imports nothing of this one at run time)
 
 #: Everything a post-finish hook may ask the store to write with the outcome.
 Effect = OutboxRecord | WatchStep

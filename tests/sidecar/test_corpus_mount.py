@@ -10,7 +10,7 @@ import httpx
 from aiohttp import web
 
 from policies.roles import LOCAL_DEVELOPMENT
-from sidecar.api.admin import errors_middleware
+from sidecar.api.kit import errors_middleware
 from sidecar.api.principal import PRINCIPAL
 from sidecar.corpus.api import corpus_app, install
 from sidecar.corpus.context import CorpusContext
