@@ -42,7 +42,7 @@ from sidecar.engine.parts import (
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.errors import StartupError
-from sidecar.forwarder import SITE as FORWARDED_SITE, Forwarder
+from sidecar.export.forwarder import SITE as FORWARDED_SITE, Forwarder
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
@@ -53,11 +53,11 @@ from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
-from sidecar.trials import TrialDefaults
-from sidecar.uplink_delivery import open_delivery
-from sidecar.uplink_hook import uplink_case_result
-from sidecar.uplink_states import StatePublisher
-from sidecar.watch_hook import watch_step, watch_step_with_uplink
+from sidecar.trials.create import TrialDefaults
+from sidecar.export.delivery import open_delivery
+from sidecar.export.case_results import uplink_case_result
+from sidecar.export.trial_states import StatePublisher
+from sidecar.engine.watch_step import watch_step, watch_step_with_uplink
 from uplink.delivery import Delivery
 
 if TYPE_CHECKING:

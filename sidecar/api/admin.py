@@ -28,7 +28,7 @@ from sidecar.api.watch_routes import WATCH_ROUTES
 from sidecar.services.promotion import PromotionService
 from sidecar.services.watches import WatchService
 from sidecar.telemetry.names import METRICS
-from sidecar.trials import (
+from sidecar.trials.create import (
     IDEMPOTENCY_KEY, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, check_idempotency_key, decode_create,
 )
 from sidecar.ingest.wire import encode

@@ -21,7 +21,7 @@ from sidecar.services.promotion import PromotionService
 from sidecar.services.trials import TrialService
 from sidecar.services.watches import WatchService
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.trials import IDEMPOTENCY_KEY
+from sidecar.trials.create import IDEMPOTENCY_KEY
 
 log = logging.getLogger("shadowtrial.admin")
 

@@ -54,7 +54,7 @@ from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.intake import ingest, offer
 from sidecar.ingest.wire import DecodeError, encode
 from sidecar.integrations import litellm_webhook
-from sidecar.trials import MAX_NAME_CHARS, NAME_RULE
+from sidecar.trials.create import MAX_NAME_CHARS, NAME_RULE
 
 log = logging.getLogger("shadowtrial.tap")
 
@@ -265,7 +265,7 @@ def _webhook_params(request: web.Request, teams: frozenset[str] | None) -> tuple
 
 
 def _is_name(value: str) -> bool:
-    """A team or gateway name as trials take it (sidecar.trials.NAME_RULE)."""
+    """A team or gateway name as trials take it (sidecar.trials.create.NAME_RULE)."""
     return (
         0 < len(value) <= MAX_NAME_CHARS and value == value.strip()
         and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)

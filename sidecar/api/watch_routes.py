@@ -15,7 +15,7 @@ from sidecar.api.principal import principal_of
 from sidecar.errors import BadRequest
 from sidecar.ingest.wire import encode
 from sidecar.services.watches import RESULT_PARAMS
-from sidecar.trials import IDEMPOTENCY_KEY, STATUSES, check_idempotency_key
+from sidecar.trials.create import IDEMPOTENCY_KEY, STATUSES, check_idempotency_key
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -27,7 +27,7 @@ from sidecar.errors import BadRequest, NotFound
 from sidecar.services.posture import PostureIn, check_if_match, check_team
 from sidecar.services.trials import PAUSED
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.trials import STATUSES
+from sidecar.trials.create import STATUSES
 
 
 def can_write(p: Principal, team: str) -> bool:

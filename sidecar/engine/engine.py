@@ -16,7 +16,7 @@ trials, ``workers`` case tasks, and three housekeeping tasks —
   peer's, never re-run;
 - **fold**: every ``refresh_seconds``, trials this engine judged cases for
   since their last fold have their evidence folded into the verdict state kept
-  with them (:mod:`sidecar.fold`; a long trial less often, see :meth:`Engine.fold`),
+  with them (:mod:`sidecar.trials.fold`; a long trial less often, see :meth:`Engine.fold`),
   so a decision stands from about the case that reached it, whether or not
   anybody reads the trial.
 
@@ -40,7 +40,7 @@ from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
 from sidecar.retention.seal import Sealer
 from sidecar.auth.revocations import Revocations
-from sidecar.fold import fold_trial
+from sidecar.trials.fold import fold_trial
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, SubjectKind, activate
@@ -52,15 +52,15 @@ from sidecar.engine.posture_report import report_and_pause
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import EngineTelemetry
-from sidecar.trials import Resolved
-from sidecar.watches import roll_watches
+from sidecar.trials.create import Resolved
+from sidecar.trials.watch_rows import roll_watches
 
 log = logging.getLogger("shadowtrial.engine")
 
 T = TypeVar("T")
 
 #: A sidecar's engine's execution site (DESIGN.md section 9): it runs local trials only. The
-#: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.control_plane`).
+#: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.collector.control_plane`).
 SITE: Site = "local"
 
 

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 from policies.posture import Report, posture_site
 from sidecar.store.base import Store
 from sidecar.store.records import GatewayReport
-from sidecar.trial_spec import pause_effects
+from sidecar.trials.spec import pause_effects
 
 
 def reports_of(reports: Sequence[GatewayReport]) -> list[Report]:

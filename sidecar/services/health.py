@@ -1,7 +1,7 @@
 """Judge health of a trial as the admin API shows it (DESIGN.md section 7).
 
 The figures are folded into the state kept with the trial by
-:func:`sidecar.fold.fold_trial`, so a flag, once raised, stands across reads
+:func:`sidecar.trials.fold.fold_trial`, so a flag, once raised, stands across reads
 and restarts; this module only lays them out.
 """
 

@@ -37,7 +37,7 @@ from sidecar.ingest.wire import split_path
 from sidecar.runtime import Runtime
 from sidecar.services.access import require
 from sidecar.store.watch_records import PromotionRecord, WatchRecord
-from sidecar.watches import first_day_row
+from sidecar.trials.watch_rows import first_day_row
 
 _WORDS = {
     "corpus_evidence": "corpus evidence (an experiment over a dataset) never promotes; only traffic evidence does",

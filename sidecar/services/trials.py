@@ -29,8 +29,8 @@ from sidecar.services.posture import current_posture
 from sidecar.engine.posture_report import pause_reason
 from sidecar.services.replay import as_replay, is_replay
 from sidecar.store.records import TrialRecord
-from sidecar.trial_spec import pause_effects, spec_effects
-from sidecar.trials import TrialCreate, build_trial
+from sidecar.trials.spec import pause_effects, spec_effects
+from sidecar.trials.create import TrialCreate, build_trial
 
 
 def _missing(trial_id: str) -> str:

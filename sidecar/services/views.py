@@ -2,7 +2,7 @@
 health, and the candidate's cost and latency beside the incumbent's.
 
 Assembly of store figures and pure statistics; no decisions here. A read folds
-the trial's evidence into the statistics kept with it (:mod:`sidecar.fold`), so
+the trial's evidence into the statistics kept with it (:mod:`sidecar.trials.fold`), so
 the verdict and the judge-health flag shown stand on the next read and after a
 restart; that is the one thing a view writes.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
-from sidecar.fold import fold_trial
+from sidecar.trials.fold import fold_trial
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.runtime import Runtime
 

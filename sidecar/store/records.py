@@ -88,7 +88,7 @@ class TrialRecord:
     disputed_calls: int = 0
     #: The statistics kept with the trial between reads, as JSON text (None until the first
     #: read): :class:`policies.sequence.SequenceState`, the verdict's running intersection, and
-    #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.fold` folds them and
+    #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.trials.fold` folds them and
     #: ``save_states`` keeps them; the store never reads inside them.
     sequence_state: str | None = None
     judge_health_state: str | None = None

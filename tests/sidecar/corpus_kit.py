@@ -14,12 +14,12 @@ from aiohttp import web
 from policies.money import Price
 from sidecar.auth.keys import KeySet, PemSource
 from sidecar.auth.verify import Verifier
-from sidecar.corpus.api import corpus_app
-from sidecar.corpus.context import CorpusContext, RetainedSource
+from sidecar.collector.corpus.api import corpus_app
+from sidecar.collector.corpus.context import CorpusContext, RetainedSource
 from sidecar.ingest.wire import Exchange
 from sidecar.store import make_store
 from sidecar.store.base import Store
-from sidecar.trials import Resolved, TrialDefaults
+from sidecar.trials.create import Resolved, TrialDefaults
 from tests.harness import AuthKit
 
 DEFAULTS = TrialDefaults(judge_model="judge-1", judge_rubric="pairwise-v1", judge_temperature=0.0,

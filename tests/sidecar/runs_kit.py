@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, AuthKit, write_config

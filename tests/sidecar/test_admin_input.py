@@ -18,7 +18,7 @@ from aiohttp import web
 from sidecar.api.admin import admin_app
 from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, load_config
 from sidecar.runtime import RUNTIME
-from sidecar.trials import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD
+from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD
 from tests.harness import CANDIDATE, INCUMBENT, Harness
 
 

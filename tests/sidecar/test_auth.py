@@ -20,7 +20,7 @@ import pytest
 
 from sidecar.api.authn import VERIFIER, reload_keys
 from sidecar.auth.mint import generate_key_pair, jwk_of, load_signing_key, mint
-from sidecar.cli import main
+from sidecar.cli.main import main
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, Harness, exchange
 
 AUD, ISS = AuthKit.AUDIENCE, AuthKit.ISSUER

@@ -1,6 +1,6 @@
 """The ``shadowtrial`` client commands against a real running sidecar.
 
-``sidecar.cli.main`` uses sync httpx, so each call runs in a worker thread while
+``sidecar.cli.main.main`` uses sync httpx, so each call runs in a worker thread while
 the sidecar keeps serving on the test's event loop.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import pytest
 
-from sidecar.cli import main
+from sidecar.cli.main import main
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
 
 UNPRICED_EXTRA = """

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from sidecar.cli import CREATE_FIELDS, QUIET_LOGGERS, _parser, configure_logging, main
-from sidecar.render import render_trial
-from sidecar.trials import JudgeIn, TrialCreate
+from sidecar.cli.main import CREATE_FIELDS, QUIET_LOGGERS, _parser, configure_logging, main
+from sidecar.cli.render import render_trial
+from sidecar.trials.create import JudgeIn, TrialCreate
 from tests.harness import INCUMBENT, Harness, exchange
 from tests.sidecar.test_cli import UNPRICED_EXTRA, cli, create_args, env_for
 

@@ -1,5 +1,5 @@
 """The collector's copy of a control-plane trial follows the latest ``trial_spec`` it holds
-(:mod:`sidecar.collected`), whatever order the specs arrive in."""
+(:mod:`sidecar.collector.collected`), whatever order the specs arrive in."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import AsyncIterator
 import msgspec
 import pytest
 
-from sidecar.collected import CollectedRecords
+from sidecar.collector.collected import CollectedRecords
 from sidecar.store import Store, make_store
-from sidecar.trial_spec import spec_effects
+from sidecar.trials.spec import spec_effects
 from tests.store.factories import trial
 from uplink.collector_store import Held
 from uplink.schema import TrialSpec, encode_record

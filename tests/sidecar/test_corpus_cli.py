@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cli import main
+from sidecar.cli.main import main
 from tests.sidecar.corpus_kit import CorpusKit
 
 

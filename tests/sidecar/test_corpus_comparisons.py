@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.money import Price
-from sidecar.trials import Resolved
+from sidecar.trials.create import Resolved
 from tests.sidecar.corpus_kit import CorpusKit, items
 from tests.sidecar.test_corpus_datasets import error
 

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.datasets import DatasetService, SeedIn
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import DatasetService, SeedIn
 from sidecar.errors import ApiError
 from tests.harness import exchange
 from tests.sidecar.corpus_kit import DEFAULTS, CorpusKit, exchanges_of, items

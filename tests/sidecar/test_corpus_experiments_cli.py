@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cli import main
+from sidecar.cli.main import main
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT
 from tests.sidecar.runs_kit import TEAM, Api, collector_toml, group_body, open_collector, planted_models

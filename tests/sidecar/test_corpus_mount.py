@@ -12,8 +12,8 @@ from aiohttp import web
 from policies.roles import LOCAL_DEVELOPMENT
 from sidecar.api.kit import errors_middleware
 from sidecar.api.principal import PRINCIPAL
-from sidecar.corpus.api import corpus_app, install
-from sidecar.corpus.context import CorpusContext
+from sidecar.collector.corpus.api import corpus_app, install
+from sidecar.collector.corpus.context import CorpusContext
 from sidecar.store import make_store
 from tests.sidecar.corpus_kit import DEFAULTS
 

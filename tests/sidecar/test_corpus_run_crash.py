@@ -34,7 +34,7 @@ class CollectorProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
         with self.log.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "sidecar.cli", "collector", "--config", str(self.config), cwd=REPO, env=env,
+                sys.executable, "-m", "sidecar.cli.main", "collector", "--config", str(self.config), cwd=REPO, env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 30

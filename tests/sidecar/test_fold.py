@@ -1,4 +1,4 @@
-"""Folding a trial's evidence into the states kept with it (sidecar/fold.py), on a real SQLite store.
+"""Folding a trial's evidence into the states kept with it (sidecar/trials/fold.py), on a real SQLite store.
 
 Counts below are chosen with the policies: ``DECIDED`` reaches
 ``candidate_better`` on its own; with one more loss (``ONE_MORE_LOSS``) the
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from policies.verdict import evaluate
-from sidecar.fold import fold_trial
+from sidecar.trials.fold import fold_trial
 from sidecar.store.records import KeptState, TrialRecord
 from sidecar.store.sqlite import SQLiteStore
 from tests.store.factories import judgment, trial

@@ -1,4 +1,4 @@
-"""The ``control_plane`` sink (:mod:`sidecar.forwarder`): claims of a trial pinned to the control
+"""The ``control_plane`` sink (:mod:`sidecar.export.forwarder`): claims of a trial pinned to the control
 plane become ``exchange`` outbox records; nothing else is ever forwarded, and every claim it
 does not forward is counted."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from sidecar.ingest.claims import Claim
-from sidecar.forwarder import Forwarder
+from sidecar.export.forwarder import Forwarder
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange

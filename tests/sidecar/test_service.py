@@ -21,7 +21,7 @@ from policies.roles import READERS, ROLES, WRITERS, Principal
 from sidecar.errors import ApiError, Forbidden, NotFound
 from sidecar.ingest.wire import encode
 from sidecar.services.trials import TrialService
-from sidecar.trials import TrialCreate
+from sidecar.trials.create import TrialCreate
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
 
 TEAM_A, A_CANARY = "team-alpha-cnryaa11", "cnryaa11"

@@ -8,8 +8,8 @@ from typing import Any
 from sidecar.engine.subjects import Subject
 from sidecar.store.records import OutboxRecord
 from sidecar.store.watch_records import WatchStep
-from sidecar.uplink_hook import uplink_case_result
-from sidecar.watch_hook import watch_step, watch_step_with_uplink
+from sidecar.export.case_results import uplink_case_result
+from sidecar.engine.watch_step import watch_step, watch_step_with_uplink
 from tests.store.factories import finish, trial
 
 

@@ -29,7 +29,7 @@ Routes (``prefix`` = ``/v1``)::
     POST /v1/comparisons/{id}/retry                    an explicit linked retry of one attempt
     POST /v1/comparisons/{id}/arms/{arm}/cancel        the arm stops; its peers carry on
     POST /v1/comparisons/{id}/promote                  always 409 promotion_refused (corpus_evidence)
-    POST /v1/evaluations/comparisons                   an A/B comparison (sidecar/corpus/ab.py)
+    POST /v1/evaluations/comparisons                   an A/B comparison (sidecar/collector/corpus/ab.py)
     GET  /v1/evaluations/comparisons                   ?suite_id= (200 most recent)
     GET  /v1/evaluations/comparisons/{id}              both run ids, per-metric rows, verdict
     GET  /v1/evaluations/evidence                      ?baseline=GROUP:ARM&candidate=GROUP:ARM (item 5)
@@ -54,18 +54,18 @@ from sidecar.api.guard import store_guard
 from sidecar.api.principal import principal_of
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier
-from sidecar.corpus.comparisons import ComparisonIn, ComparisonService
-from sidecar.corpus.evidence import EvidenceService
-from sidecar.corpus.ab import ABService
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.run_service import RetryIn, RunService
-from sidecar.corpus.errors import BodyTooLarge
-from sidecar.corpus.datasets import MAX_PAGE, DatasetService, EditIn, SeedIn, SliceIn, decode
-from sidecar.corpus.items import FORMATS
-from sidecar.corpus.suites import SuiteIn, SuiteService
+from sidecar.collector.corpus.comparisons import ComparisonIn, ComparisonService
+from sidecar.collector.corpus.evidence import EvidenceService
+from sidecar.collector.corpus.ab import ABService
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.run_service import RetryIn, RunService
+from sidecar.collector.corpus.errors import BodyTooLarge
+from sidecar.collector.corpus.datasets import MAX_PAGE, DatasetService, EditIn, SeedIn, SliceIn, decode
+from sidecar.collector.corpus.items import FORMATS
+from sidecar.collector.corpus.suites import SuiteIn, SuiteService
 from sidecar.errors import BadRequest
 from sidecar.ingest.wire import encode
-from sidecar.trials import IDEMPOTENCY_KEY, check_idempotency_key
+from sidecar.trials.create import IDEMPOTENCY_KEY, check_idempotency_key
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

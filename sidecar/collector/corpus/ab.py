@@ -8,7 +8,7 @@
     GET  /v1/evaluations/comparisons/{id}
 
 An A/B comparison is a two-arm comparison group (arms ``baseline`` and ``candidate``, one
-repetition, the suite's metrics) run by the same runner (:mod:`sidecar.corpus.runner`):
+repetition, the suite's metrics) run by the same runner (:mod:`sidecar.collector.corpus.runner`):
 corpus evidence, spend capped at the plan's worst case, never promotable. A side of
 ``type: model`` is called as the model alias ``ref``; ``outputs`` — ``{"baseline": {item id:
 answer}, "candidate": {…}}``, either side optional — scores the given answers instead of
@@ -45,11 +45,11 @@ from policies.corpus_verdict import ab_verdict, band_for
 from policies.experiments import admit, plan_arm
 from policies.graders import MODEL_GRADERS, canonical, content_hash
 from policies.roles import Principal
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.datasets import require_write
-from sidecar.corpus.errors import ComparisonInvalid, Unprocessable
-from sidecar.corpus.plan import Arm, plan_worst_case, suite_items
-from sidecar.corpus.runs import latest_attempts
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import require_write
+from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
+from sidecar.collector.corpus.plan import Arm, plan_worst_case, suite_items
+from sidecar.collector.corpus.runs import latest_attempts
 from sidecar.errors import NotFound
 from sidecar.services.access import visible
 from sidecar.store.corpus_records import ComparisonRecord

@@ -1,7 +1,7 @@
 """The CLI of promotion, watches, alerts and results (``shadowtrial trials promote``,
 ``shadowtrial watches …``, ``shadowtrial alerts …``, ``shadowtrial results``).
 
-Added to :mod:`sidecar.cli`'s parser by :func:`add_parsers`; :func:`run` answers a parsed
+Added to :mod:`sidecar.cli.main`'s parser by :func:`add_parsers`; :func:`run` answers a parsed
 command of these, or returns None for another.
 """
 
@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from sidecar.render import pct, table, usd
+from sidecar.cli.render import pct, table, usd
 
 Call = Callable[..., dict[str, Any]]
 Client = Callable[[argparse.ArgumentParser], None]
@@ -142,7 +142,7 @@ def render_results(d: dict[str, Any]) -> str:
 
 
 def render_live_head(d: dict[str, Any]) -> list[str]:
-    """Firing alerts first, then the tiles and the watches (the rest is :func:`sidecar.render.render_live`'s)."""
+    """Firing alerts first, then the tiles and the watches (the rest is :func:`sidecar.cli.render.render_live`'s)."""
     out: list[str] = []
     for a in d.get("alerts") or []:
         ev = a.get("evidence") or {}

@@ -1,4 +1,4 @@
-"""Grading one answer for the runner (:mod:`sidecar.corpus.runner`): the deterministic kinds
+"""Grading one answer for the runner (:mod:`sidecar.collector.corpus.runner`): the deterministic kinds
 (graders, latency, cost) as plain functions, the absolute judge's calls with a suite's own
 rubric text and scale, and what a call is charged.
 
@@ -20,7 +20,7 @@ from judge.completer import Completer, Completion
 from policies.graders import grade
 from policies import spend
 from policies.money import Cost, Price
-from sidecar.corpus.items import Item
+from sidecar.collector.corpus.items import Item
 from sidecar.providers.base import ProviderResult
 from sidecar.store.corpus_run_records import ScoreRecord
 

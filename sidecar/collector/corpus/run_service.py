@@ -1,7 +1,7 @@
 """What the API does with a running group (issue 13, items 3-4): its report, its attempts,
 a linked retry, an arm's cancellation, and the refusal of promotion.
 
-- ``GET /v1/comparisons/{id}`` adds ``run`` (:func:`sidecar.corpus.runs.report`) once started.
+- ``GET /v1/comparisons/{id}`` adds ``run`` (:func:`sidecar.collector.corpus.runs.report`) once started.
 - ``GET /v1/comparisons/{id}/attempts`` — every attempt with its scores, no content
   (what :mod:`policies.evidence` pairs on).
 - ``POST /v1/comparisons/{id}/retry`` ``{"attempt_id": …}`` — an explicit linked retry of a
@@ -24,10 +24,10 @@ import msgspec
 
 from policies.promotion import refusal
 from policies.roles import Principal
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.datasets import require_write
-from sidecar.corpus.plan import load_plan
-from sidecar.corpus.runs import attempt_view, report
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import require_write
+from sidecar.collector.corpus.plan import load_plan
+from sidecar.collector.corpus.runs import attempt_view, report
 from sidecar.errors import Conflict, NotFound, PromotionRefused
 from sidecar.store.corpus_records import ComparisonRecord
 from sidecar.store.corpus_run_records import AttemptRecord, attempt_id

@@ -9,7 +9,7 @@ collector's own copy of the trial (same id) follow the *latest* spec it holds â€
 revision, whatever order records came in (:func:`apply_spec`): created as the spec says,
 paused or stopped with it, run again (and re-pinned) when a resume says so. A trial whose
 copy has ended here (its cap reached at this site, or stopped) stays ended. Stored
-``exchange`` records are then run by :class:`~sidecar.control_plane.ControlPlane` while the
+``exchange`` records are then run by :class:`~sidecar.collector.control_plane.ControlPlane` while the
 copy is running at the control plane; ``GET /v1/trials`` shows each copy's own figures.
 """
 
@@ -22,10 +22,10 @@ import msgspec
 
 from policies.wording import traffic_wording
 from sidecar.services.views import spend_view
-from sidecar.control_plane import ControlPlane
-from sidecar.fold import fold_trial
+from sidecar.collector.control_plane import ControlPlane
+from sidecar.trials.fold import fold_trial
 from sidecar.store.base import Store
-from sidecar.trial_spec import record_of
+from sidecar.trials.spec import record_of
 from uplink.collector_store import Held
 from uplink.schema import TrialSpec
 

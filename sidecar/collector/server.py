@@ -2,10 +2,10 @@
 
 ``async with CollectorServer(cfg, config=config) as c:`` opens the collector's store
 (``[collector] store_url``, else the SQLite file ``db_path``: the sidecar's store contract,
-:mod:`sidecar.collected`), loads each ``[[collector.keys]]`` public key, starts the engine
-of control-plane trials when ``config`` names providers (:mod:`sidecar.control_plane`;
+:mod:`sidecar.collector.collected`), loads each ``[[collector.keys]]`` public key, starts the engine
+of control-plane trials when ``config`` names providers (:mod:`sidecar.collector.control_plane`;
 with none it runs no trial and says so at start) and, beside it, the runner of comparison
-groups (:mod:`sidecar.corpus.runner`, resuming admitted and running groups), and listens on ``listen`` (port 0 binds
+groups (:mod:`sidecar.collector.corpus.runner`, resuming admitted and running groups), and listens on ``listen`` (port 0 binds
 a free port; ``c.url`` is the bound address). Shutdown: stop accepting, stop the corpus runner
 and the engine (drain, retire), close the store.
 """
@@ -27,14 +27,14 @@ from sidecar.api.authn import authenticate, build_verifier, unauthorized
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier as AdminVerifier
-from sidecar.collected import CollectedRecords
-from sidecar.console.corpus_pages import corpus_console_app
-from sidecar.corpus.api import Services, corpus_app
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.runner import CorpusRunner, RunnerSettings
+from sidecar.collector.collected import CollectedRecords
+from sidecar.collector.corpus.pages import corpus_console_app
+from sidecar.collector.corpus.api import Services, corpus_app
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.runner import CorpusRunner, RunnerSettings
 from sidecar.engine.parts import configured_retention, open_providers, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
-from sidecar.control_plane import ControlPlane, collected_traffic
+from sidecar.collector.control_plane import ControlPlane, collected_traffic
 from sidecar.errors import StartupError
 from sidecar.store import make_store
 from sidecar.store.base import Store

@@ -2,10 +2,10 @@
 
 Corpus evidence lives in the control plane, so these pages are a console of their own,
 mounted at ``/console/`` on the collector's app when it runs with a config (see
-:func:`sidecar.collector_server.CollectorServer`). They reuse the console's framework:
+:func:`sidecar.collector.server.CollectorServer`). They reuse the console's framework:
 the same middleware (session cookie or bearer header, CSRF on every write, HTML errors,
 the Content Security Policy), templates and login; and they call the very services the
-corpus API (:mod:`sidecar.corpus.api`) calls, with the request's principal.
+corpus API (:mod:`sidecar.collector.corpus.api`) calls, with the request's principal.
 
 - **Datasets**: the list, an import from a file (``static/upload.js`` sends it with
   progress; without script the form posts and redirects), a dataset's versions and a
@@ -40,9 +40,9 @@ from sidecar.console.app import (
     CONSOLE_PREFIX, HERE, SHELL, Shell, console_middleware, form, principal, redirect, render, templates,
 )
 from sidecar.console.session import Sessions
-from sidecar.corpus.api import Services
-from sidecar.corpus.datasets import SeedIn
-from sidecar.corpus.items import FORMATS
+from sidecar.collector.corpus.api import Services
+from sidecar.collector.corpus.datasets import SeedIn
+from sidecar.collector.corpus.items import FORMATS
 from sidecar.errors import ApiError, BadRequest
 from sidecar.ingest.wire import encode, split_path
 from sidecar.store.errors import IdempotencyConflict

@@ -3,7 +3,7 @@
 A trial's state is derived, not an event: a later state supersedes an earlier
 one. So it is published from the store, not from one code path: every few
 seconds the publisher reads each trial that may have changed, folds its
-evidence as a trial view does (:mod:`sidecar.fold`), and writes a content-free
+evidence as a trial view does (:mod:`sidecar.trials.fold`), and writes a content-free
 :class:`~uplink.schema.TrialState` into the outbox. Its ``revision`` is the
 trial row's ``state_revision`` (raised by the store on every change of the row)
 plus the funnel's stored total: both only grow, both come from one consistent
@@ -28,7 +28,7 @@ import time
 from typing import Callable
 
 from policies.wording import traffic_wording
-from sidecar.fold import fold_trial
+from sidecar.trials.fold import fold_trial
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord, TrialRecord, TrialSnapshot
 from uplink.schema import Interval, TrialState, encode_record

@@ -44,12 +44,12 @@ from policies.experiments import (
 )
 from policies.graders import MODEL_GRADERS, canonical, content_hash
 from policies.roles import Principal
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.datasets import Name, require_write
-from sidecar.corpus.run_service import RunService
-from sidecar.corpus.plan import DEFAULT_TOLERANCE, Arm, plan_worst_case, suite_items
-from sidecar.corpus.suites import SuiteService
-from sidecar.corpus.errors import ComparisonInvalid, Unprocessable
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import Name, require_write
+from sidecar.collector.corpus.run_service import RunService
+from sidecar.collector.corpus.plan import DEFAULT_TOLERANCE, Arm, plan_worst_case, suite_items
+from sidecar.collector.corpus.suites import SuiteService
+from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.services.access import visible
 from sidecar.store.corpus_records import ComparisonRecord
@@ -96,7 +96,7 @@ def _missing(comparison_id: str) -> str:
 def comparison_view(c: ComparisonRecord) -> dict[str, Any]:
     spec = msgspec.json.decode(c.spec)
     readiness = msgspec.json.decode(c.readiness)
-    # An A/B comparison (sidecar.corpus.ab) is a group too, with a readiness of its own shape.
+    # An A/B comparison (sidecar.collector.corpus.ab) is a group too, with a readiness of its own shape.
     return {"id": c.id, "team": c.team, "suite_id": c.suite_id, "evidence": "corpus", "status": c.status,
             "kind": "ab" if "ab" in spec else "group",
             "repetitions": spec.get("repetitions", 1), "primary_metric": spec.get("primary_metric"),

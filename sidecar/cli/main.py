@@ -32,13 +32,13 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from sidecar import compare_cli
-from sidecar.corpus import cli as corpus_cli
-from sidecar.corpus import experiments_cli
+from sidecar.cli import compare as compare_cli
+from sidecar.cli import corpus as corpus_cli
+from sidecar.cli import experiments as experiments_cli
 from sidecar.errors import ConfigError, StartupError
-from sidecar.cli_watches import render_live
-from sidecar.render import render_trial, render_trial_list
-from sidecar.trials import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
+from sidecar.cli.watches import render_live
+from sidecar.cli.render import render_trial, render_trial_list
+from sidecar.trials.create import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
 
 if TYPE_CHECKING:
     from sidecar.config import Config
@@ -225,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
-    from sidecar.cli_watches import add_parsers
+    from sidecar.cli.watches import add_parsers
 
     add_parsers(sub, tsub, client, _finite, _key, _trial_id)
 
@@ -343,7 +343,7 @@ def _client(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return corpus_cli.run(args, base, auth, environ, _call)
     if args.command == "experiments":
         return experiments_cli.run(args, base, auth, environ, _call)
-    from sidecar.cli_watches import run
+    from sidecar.cli.watches import run
 
     done = run(args, base, auth, _call, _segment)
     if done is not None:
@@ -509,7 +509,7 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> Config | None:
 
 
 def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from sidecar.collector_server import serve_collector
+    from sidecar.collector.server import serve_collector
     from sidecar.errors import StartupError
 
     config = _config(args, env)

@@ -37,10 +37,10 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Mapping, Sequenc
 import msgspec
 
 from policies.graders import canonical, content_hash
-from sidecar.corpus.errors import InvalidDataset
+from sidecar.collector.corpus.errors import InvalidDataset
 from sidecar.ingest.wire import split_path
 from sidecar.store.corpus_records import ItemRow
-from sidecar.trials import NAME_PATTERN, NAME_RULE
+from sidecar.trials.create import NAME_PATTERN, NAME_RULE
 
 MAX_ITEMS = 100_000
 MAX_ID_CHARS = 256

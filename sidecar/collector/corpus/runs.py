@@ -36,7 +36,7 @@ from policies.bootstrap import bootstrap_identity, bootstrap_interval
 from policies.corpus_verdict import band_for, corpus_code
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
-from sidecar.corpus.plan import GroupPlan
+from sidecar.collector.corpus.plan import GroupPlan
 from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 Key = tuple[str, str, str, int]

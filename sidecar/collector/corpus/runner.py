@@ -51,9 +51,9 @@ from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudge
 from judge.version import judge_version
 from policies.graders import absolute_judge_version
 from policies.money import Cost
-from sidecar.corpus.grading import absolute_rating, charge_of, judge_charge, plain_grade
-from sidecar.corpus.items import Item
-from sidecar.corpus.plan import (
+from sidecar.collector.corpus.grading import absolute_rating, charge_of, judge_charge, plain_grade
+from sidecar.collector.corpus.items import Item
+from sidecar.collector.corpus.plan import (
     Arm,
     GroupPlan,
     absolute_worst_case,
@@ -68,7 +68,7 @@ from sidecar.providers.base import ChatRequest, Provider
 from sidecar.store.base import Store
 from sidecar.store.corpus_records import ComparisonRecord
 from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
-from sidecar.trials import Resolved
+from sidecar.trials.create import Resolved
 
 log = logging.getLogger("shadowtrial.corpus.runner")
 

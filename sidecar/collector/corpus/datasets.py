@@ -26,14 +26,14 @@ import msgspec
 from policies.posture import retention_features
 from policies.roles import Action, Principal, decide
 from policies.slices import SliceFilter, keeps
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.errors import InvalidDataset, NotBuilt, SeedingUnavailable
-from sidecar.corpus.items import Item, ItemIn, build_items, decode_row, make_item, parse, version_digest
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.errors import InvalidDataset, NotBuilt, SeedingUnavailable
+from sidecar.collector.corpus.items import Item, ItemIn, build_items, decode_row, make_item, parse, version_digest
 from sidecar.errors import BadRequest, Conflict, Forbidden, NotFound
 from sidecar.ingest.wire import Exchange, split_path
 from sidecar.services.access import require, visible
 from sidecar.store.corpus_records import DatasetRecord, DatasetVersion, ItemRow, SliceRecord
-from sidecar.trials import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
+from sidecar.trials.create import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN)]
 MAX_PAGE = 10_000

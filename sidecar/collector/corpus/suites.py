@@ -43,9 +43,9 @@ from policies.graders import (
     grader_version,
 )
 from policies.roles import Principal
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.datasets import Name, require_write
-from sidecar.corpus.errors import InvalidSuite, VersionMismatch
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import Name, require_write
+from sidecar.collector.corpus.errors import InvalidSuite, VersionMismatch
 from sidecar.errors import NotFound
 from sidecar.services.access import visible
 from sidecar.store.corpus_records import SuiteRecord

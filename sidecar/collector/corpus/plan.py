@@ -16,11 +16,11 @@ from judge.paired import MAX_CALLS_PER_JUDGMENT, judge_input_upper_bound
 from judge.version import JudgeSpec
 from policies.money import Price, input_tokens_upper_bound, worst_case_micros
 from policies.reservation import BYTES_PER_TOKEN_ESTIMATE
-from sidecar.corpus.datasets import slice_rows
-from sidecar.corpus.items import Item, decode_row
+from sidecar.collector.corpus.datasets import slice_rows
+from sidecar.collector.corpus.items import Item, decode_row
 from sidecar.store.base import CorpusStore
 from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.trials import Resolved
+from sidecar.trials.create import Resolved
 
 
 @dataclass(frozen=True, slots=True)

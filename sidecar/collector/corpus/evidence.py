@@ -20,8 +20,8 @@ from policies.evidence import Attempt, EvidenceComparison, MetricScore, Side, St
 from policies.graders import Direction
 from policies.money import Coverage, Cost
 from policies.roles import Principal
-from sidecar.corpus.context import CorpusContext
-from sidecar.corpus.plan import load_plan
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.plan import load_plan
 from sidecar.errors import BadRequest, NotFound
 from sidecar.store.corpus_run_records import FINAL, AttemptRecord, ScoreRecord
 

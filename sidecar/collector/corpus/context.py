@@ -13,7 +13,7 @@ from typing import Any, AsyncIterable, Callable, Protocol
 
 from sidecar.ingest.wire import Exchange
 from sidecar.store.base import CorpusRunStore, CorpusStore, PostureStore
-from sidecar.trials import Resolved, TrialDefaults
+from sidecar.trials.create import Resolved, TrialDefaults
 
 
 class CorpusBackend(CorpusStore, CorpusRunStore, PostureStore, Protocol):
