@@ -11,7 +11,7 @@ Modules: :mod:`.app` (the helpers every screen shares, the middleware and HTML e
 :mod:`.routes` (the sub-application: every screen's routes),
 :mod:`.session` (login cookie, CSRF), :mod:`.pages` (Live, Results, Trials, Teams, login),
 :mod:`.watch_pages` (Promote, Watches, alert moves), :mod:`.compare_pages` (Compare),
-:mod:`.corpus_pages` (Datasets and Comparisons, mounted on the control plane),
+the control plane's Datasets and Comparisons pages (:mod:`sidecar.collector.corpus.pages`, which use this package's templates),
 :mod:`.forms` (form fields to the API's bodies), :mod:`.chart` (the decision-bounds chart,
 the watch's detector gauge), :mod:`.slots` (whether Promote is offered, and why not),
 :mod:`.fmt` (template filters). Scripts: ``console.js`` (refresh), ``compare.js`` (the
