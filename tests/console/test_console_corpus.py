@@ -212,7 +212,7 @@ async def test_a_failed_read_offers_retry(tmp_path: Path) -> None:
     from sidecar.collector.corpus.api import Services
     from sidecar.collector.corpus.context import CorpusContext
     from sidecar.store import make_store
-    from tests.sidecar.corpus_kit import DEFAULTS
+    from tests.sidecar.collector.corpus.corpus_kit import DEFAULTS
 
     store = make_store(str(tmp_path / "c.db"))
     await store.open()
