@@ -222,6 +222,16 @@ def test_judge_and_uplink_never_import_the_sidecar() -> None:
     assert found == []
 
 
+def test_the_collector_wing_is_imported_only_by_the_command() -> None:
+    """What only the control plane runs (``sidecar/collector/``) is imported by no sidecar
+    module: only the ``shadowtrial`` command starts it."""
+    found = [
+        e for e in imports()
+        if e.target.startswith("sidecar.collector") and not e.source.startswith(("sidecar.collector", "sidecar.cli"))
+    ]
+    assert found == []
+
+
 def test_the_checker_sees_each_kind_of_import(tmp_path: Path) -> None:
     """The machinery itself: a lazy, a TYPE_CHECKING and a relative import are all seen, and a
     cycle and an upward import are found."""
