@@ -18,11 +18,11 @@ import tempfile
 import time
 from collections import Counter
 from types import SimpleNamespace
-from sidecar.ingest.tap import ingest
+from sidecar.ingest.intake import ingest
 from sidecar.ingest.routing import RoutingTable, Route, Routes
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.journal import Journal
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 import tap as benchtap
 QUICK = "--quick" in sys.argv[1:]
 make = benchtap.body_maker(100, "m")
@@ -51,7 +51,7 @@ print(f"rate 0.05 room  : {bench(rt_for(0.05, False, j)):.2f} us/exchange (journ
 # The retention window's share of the tap's path: an append to its bounded buffer (the writer
 # that seals and stores runs off this path and is not started here).
 from sidecar.config import RetentionConfig
-from sidecar.retention.seal import Sealer
+from sidecar.seal import Sealer
 from sidecar.retention.window import RetentionWindow
 kept = rt_for(0.0, False, None)
 kept.retention = RetentionWindow(RetentionConfig(key_env="K", buffer_size=10_000_000), Sealer(os.urandom(32)),

@@ -52,7 +52,7 @@ async def _collector(tmp: Path, pub: Path) -> tuple[subprocess.Popen[bytes], str
     cfg = tmp / "collector.toml"
     cfg.write_text(f'[collector]\nlisten = "127.0.0.1:0"\ndb_path = "{tmp / "c.db"}"\naudience = "bench"\n'
                    f'issuers = ["bench"]\n[[collector.keys]]\nkid = "k1"\npath = "{pub}"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "collector", "--config", str(cfg),
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli.main", "collector", "--config", str(cfg),
                              "--log-level", "WARNING"], stdout=subprocess.PIPE, cwd=ROOT)
     assert proc.stdout is not None
     line = await asyncio.to_thread(proc.stdout.readline)

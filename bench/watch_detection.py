@@ -1,6 +1,6 @@
 """The watch detector on the e2e test's scenario, simulated many times (seeded).
 
-tests/sidecar/test_watches.py runs one watch end to end with the fake provider: the replaced
+tests/sidecar/services/test_watches.py runs one watch end to end with the fake provider: the replaced
 model (quality 0.5 ± 0.05) against the new incumbent's served answers of quality 0.6, then 0.4
 (the fake judge ties a gap under 0.05). Per judged case that gives, from the normal law:
 

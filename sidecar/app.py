@@ -26,7 +26,7 @@ from sidecar.api.listener import Listener, ListenerRunner
 from sidecar.config import Config
 from sidecar.errors import StartupError
 from sidecar.runtime import Runtime
-from sidecar.ingest.tap import tap_runner
+from sidecar.api.tap import tap_runner
 
 log = logging.getLogger("shadowtrial")
 

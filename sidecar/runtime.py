@@ -38,31 +38,32 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 from aiohttp import web
 
 from sidecar.config import Config
-from sidecar.engine.engine import SITE, Claim, Engine
-from sidecar.engine.handoff import Handoff
+from sidecar.engine.engine import SITE, Engine
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import (
     configured_retention, engine_settings, open_providers, price_book, resolver, runnable, trial_defaults,
 )
 from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import FinishHook
 from sidecar.errors import StartupError
-from sidecar.forwarder import SITE as FORWARDED_SITE, Forwarder
+from sidecar.export.forwarder import SITE as FORWARDED_SITE, Forwarder
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
 from sidecar.retention.replay import ReplayFeeder
-from sidecar.retention.seal import Sealer
+from sidecar.seal import Sealer
 from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.supervise import RESTART, Death, Supervisor
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
-from sidecar.trials import TrialDefaults
-from sidecar.uplink_delivery import open_delivery
-from sidecar.uplink_hook import uplink_case_result
-from sidecar.uplink_states import StatePublisher
-from sidecar.watch_hook import watch_step, watch_step_with_uplink
+from sidecar.trials.create import TrialDefaults
+from sidecar.export.delivery import open_delivery
+from sidecar.export.case_results import uplink_case_result
+from sidecar.export.trial_states import StatePublisher
+from sidecar.engine.watch_step import watch_step, watch_step_with_uplink
 from uplink.delivery import Delivery
 
 if TYPE_CHECKING:

@@ -62,7 +62,7 @@ def write_config(
     engine_extra = f"lease_seconds = {lease_seconds}\n" if lease_seconds is not None else ""
     engine_extra += f"refresh_seconds = {refresh_seconds}\n" if refresh_seconds is not None else ""
     # The engine on a thread: most tests start many sidecars, and a process each costs ~1 s;
-    # tests/sidecar/test_engine_process.py and the fleet test run the default, a process.
+    # tests/sidecar/engine/test_engine_process.py and the fleet test run the default, a process.
     engine_extra += f'isolation = "{isolation}"\n'
     text = loopback_config(
         base_url=base_url, db=str(tmp / db), judge=JUDGE, prices=PRICES, workers=workers, queue_size=queue_size,

@@ -2,7 +2,7 @@
 
 Records are kept once by id (the first copy wins; a re-delivery changes
 nothing). The implementation over the sidecar's store contract — SQLite by
-default, PostgreSQL for scale — is :class:`sidecar.collected.CollectedRecords`;
+default, PostgreSQL for scale — is :class:`sidecar.collector.collected.CollectedRecords`;
 it also runs control-plane trials from what it keeps (issue 11 item 5).
 """
 

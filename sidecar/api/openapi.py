@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.trials import (
+from sidecar.trials.create import (
     IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE, STATUSES, TrialCreate,
 )
 from sidecar.ingest.wire import Exchange, TapReply

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from sidecar.trials import IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, STATUSES
+from sidecar.trials.create import IDEMPOTENCY_KEY, KEY_PATTERN, MAX_KEY_CHARS, STATUSES
 
 
 def watch_paths(promote_schema: dict[str, Any], errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:

@@ -10,11 +10,12 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from sidecar.api.kit import PROMOTION, WATCHES, read_body
 from sidecar.api.principal import principal_of
 from sidecar.errors import BadRequest
 from sidecar.ingest.wire import encode
 from sidecar.services.watches import RESULT_PARAMS
-from sidecar.trials import IDEMPOTENCY_KEY, STATUSES, check_idempotency_key
+from sidecar.trials.create import IDEMPOTENCY_KEY, STATUSES, check_idempotency_key
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -27,8 +28,6 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _services(request: web.Request) -> Any:
-    from sidecar.api.admin import PROMOTION, WATCHES  # the keys live with the app that holds them
-
     return request.app[WATCHES], request.app[PROMOTION]
 
 
@@ -51,7 +50,6 @@ def _status(query: dict[str, str], allowed: tuple[str, ...]) -> str | None:
 
 
 async def promote(request: web.Request) -> web.Response:
-    from sidecar.api.admin import read_body
     from sidecar.services.promotion import decode_promote
 
     key = check_idempotency_key(request.headers.getall(IDEMPOTENCY_KEY, []))

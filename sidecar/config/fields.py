@@ -14,7 +14,7 @@ ENV_PREFIX = "SHADOWTRIAL_"
 RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL", "SHADOWTRIAL_TOKEN"})  # read by the CLI, not config
 
 # Ranges an operator's numbers are held to, in this file and in the admin API alike
-# (sidecar.trials uses the shared ones). Each bound is far beyond any sensible setting and
+# (sidecar.trials.create uses the shared ones). Each bound is far beyond any sensible setting and
 # well inside what the arithmetic and the store hold (integers fit in 64 bits, seconds in a
 # timer); the README lists them.
 

@@ -7,13 +7,25 @@ import base64
 import binascii
 import re
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sidecar.config.fields import toml_key
+from sidecar.config.sections import AlertsConfig, ProviderConfig, RetentionConfig, TapConfig
 from sidecar.errors import ConfigError
 
-if TYPE_CHECKING:  # the whole config is built from what this module reads: no import at run time
-    from sidecar.config.load import Config
+
+class SecretNames(Protocol):
+    """The sections of the config that name secrets (:class:`~sidecar.config.load.Config`
+    has them; it is built from what this module reads, so this module does not import it)."""
+
+    @property
+    def providers(self) -> Mapping[str, ProviderConfig]: ...
+    @property
+    def tap(self) -> TapConfig: ...
+    @property
+    def retention(self) -> RetentionConfig: ...
+    @property
+    def alerts(self) -> AlertsConfig: ...
 
 
 class Secrets(Mapping[str, str]):
@@ -94,7 +106,7 @@ def secret_names(raw: dict[str, Any]) -> set[str]:
     return names
 
 
-def read_secrets(config: Config, environ: Mapping[str, str]) -> Secrets:
+def read_secrets(config: SecretNames, environ: Mapping[str, str]) -> Secrets:
     problems: list[str] = []
 
     def read(var: str, where: str) -> str | None:

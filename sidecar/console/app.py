@@ -21,8 +21,6 @@ from aiohttp import web
 from policies.roles import Principal
 from sidecar.api.guard import RETRY_AFTER_S, store_failure
 from sidecar.api.principal import PRINCIPAL
-from sidecar.auth.revocations import Revocations
-from sidecar.auth.verify import Verifier
 from sidecar.console.fmt import FILTERS
 from sidecar.console.session import (
     BROWSER_COOKIE, CSRF_FIELD, SAFE_METHODS, SESSION_COOKIE, Sessions, Who, clear_cookie, new_browser_id,
@@ -218,16 +216,3 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
         return redirect(f"{CONSOLE_PREFIX}/login?next={quote(request.path_qs)}")
     request[PRINCIPAL] = who.principal
     return await handler(request)
-
-
-def console_app(console: Console, verifier: Verifier | None, revocations: Revocations | None) -> web.Application:
-    """The console, to mount with ``admin.add_subapp(CONSOLE_PREFIX, ...)`` before any catch-all."""
-    from sidecar.console import pages
-
-    app = web.Application(middlewares=[console_middleware])
-    app[SHELL] = Shell(Sessions(verifier, revocations), templates(), "sidecar")
-    app[STATE] = console
-    pages.add_routes(app.router)
-    app.router.add_static("/static", HERE / "static", append_version=False)
-    app.router.add_route("*", "/{tail:.*}", pages.not_found)  # last: HTML, not the API's JSON 404
-    return app

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sidecar.ingest.wire import encode
-from sidecar.trials import TrialCreate, decode_create
+from sidecar.trials.create import TrialCreate, decode_create
 
 
 @dataclass(frozen=True, slots=True)

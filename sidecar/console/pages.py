@@ -27,7 +27,7 @@ from sidecar.errors import BadRequest, NotFound
 from sidecar.services.posture import PostureIn, check_if_match, check_team
 from sidecar.services.trials import PAUSED
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.trials import STATUSES
+from sidecar.trials.create import STATUSES
 
 
 def can_write(p: Principal, team: str) -> bool:
@@ -289,10 +289,6 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
-    from sidecar.console import compare_pages, watch_pages
-
-    watch_pages.add_routes(router)
-    compare_pages.add_routes(router)
     router.add_get("/", live_page)
     router.add_get("/live/fragment", live_fragment)
     router.add_get("/results", results_page)

@@ -30,7 +30,7 @@ from sidecar.auth.mint import generate_key_pair, load_signing_key, mint
 from sidecar.config import load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
-from sidecar.render import pct, render_trial, table, usd
+from sidecar.cli.render import pct, render_trial, table, usd
 
 INCUMBENT = "sim-incumbent-large"
 CANDIDATE = "sim-candidate-small"

@@ -41,7 +41,7 @@ from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upp
 from policies import spend
 from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.reservation import CasePlan, judge_worst_case, plan_case
-from sidecar.retention.seal import Sealer, seal_case_bodies
+from sidecar.seal import Sealer, seal_case_bodies
 from sidecar.engine.subjects import FinishHook, Subject
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.wire import Exchange

@@ -19,10 +19,11 @@ from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
 from sidecar.config import Config
-from sidecar.engine.engine import Claim, Engine
-from sidecar.engine.handoff import Handoff
+from sidecar.engine.engine import Engine
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
-from sidecar.engine.process import decode_claims, encode_claims
+from sidecar.engine.pipe import decode_claims, encode_claims
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.routing import RoutingTable
 from sidecar.store import make_store

@@ -1,7 +1,7 @@
 """The engine: its own thread and event loop, off the tap's.
 
 The tap's loop only decodes, matches, samples and offers :class:`Claim`\\ s to
-the :class:`~sidecar.engine.handoff.Handoff`; everything that waits on a
+the :class:`~sidecar.ingest.handoff.Handoff`; everything that waits on a
 provider or the store happens here, so a flood of exchanges cannot starve the
 cases and a slow provider cannot delay the tap. The engine owns, on its loop:
 its own store connection, the provider clients, the subjects of running
@@ -16,7 +16,7 @@ trials, ``workers`` case tasks, and three housekeeping tasks —
   peer's, never re-run;
 - **fold**: every ``refresh_seconds``, trials this engine judged cases for
   since their last fold have their evidence folded into the verdict state kept
-  with them (:mod:`sidecar.fold`; a long trial less often, see :meth:`Engine.fold`),
+  with them (:mod:`sidecar.trials.fold`; a long trial less often, see :meth:`Engine.fold`),
   so a decision stands from about the case that reached it, whether or not
   anybody reads the trial.
 
@@ -43,44 +43,31 @@ from typing import Any, Awaitable, Callable, Coroutine, Mapping, Sequence, TypeV
 
 from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
-from sidecar.retention.seal import Sealer
+from sidecar.seal import Sealer
 from sidecar.auth.revocations import Revocations
-from sidecar.fold import fold_trial
-from sidecar.engine.handoff import Handoff
+from sidecar.trials.fold import fold_trial
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook, Subject, SubjectKind, activate
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.routing import RoutingTable
-from sidecar.ingest.wire import Exchange
 from sidecar.providers.base import Provider
 from sidecar.redact import describe
-from sidecar.services.posture_report import report_and_pause
+from sidecar.engine.posture_report import report_and_pause
 from sidecar.store.base import Store
 from sidecar.store.records import TrialRecord
 from sidecar.supervise import EXIT, RESTART, Supervisor
 from sidecar.telemetry import EngineTelemetry
-from sidecar.trials import Resolved
-from sidecar.watches import roll_watches
+from sidecar.trials.create import Resolved
+from sidecar.trials.watch_rows import roll_watches
 
 log = logging.getLogger("shadowtrial.engine")
 
 T = TypeVar("T")
 
 #: A sidecar's engine's execution site (DESIGN.md section 9): it runs local trials only. The
-#: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.control_plane`).
+#: collector's engine runs with ``site="control_plane"`` (:mod:`sidecar.collector.control_plane`).
 SITE: Site = "local"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A sampled (trial, exchange): plain data, no clients or judges inside."""
-
-    trial_id: str
-    exchange: Exchange
-    #: Its number in the intake journal (:mod:`sidecar.ingest.journal`); 0 when not journaled.
-    seq: int = 0
-    #: False for a claim carried over a crash for a retention-off team, whose content the
-    #: journal did not keep: it cannot run, so it is recorded ``shed_stopped`` (once).
-    content_kept: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from sidecar.prices import PriceBook, load_price_map
 from sidecar.providers.base import Provider
 from sidecar.providers.factory import make_provider
 from sidecar.store.records import TrialRecord
-from sidecar.trials import Resolved, TrialDefaults
+from sidecar.trials.create import Resolved, TrialDefaults
 
 
 def price_book(config: Config) -> PriceBook:

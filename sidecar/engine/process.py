@@ -7,7 +7,7 @@ engine has its own interpreter, and the operating system shares the cores.
 
 The seam is the same :class:`~sidecar.engine.engine.Claim` the tap hands any
 sink. This side (in the sidecar's process) keeps the tap's bounded
-:class:`~sidecar.engine.handoff.Handoff`, the one place where claims are shed
+:class:`~sidecar.ingest.handoff.Handoff`, the one place where claims are shed
 and counted; a forwarder thread takes batches from it and writes them to a
 pipe (msgpack). In the engine's process (:mod:`sidecar.engine.child`) a reader
 puts them into the engine's own small hand-off, *waiting* for room, so a busy
@@ -45,14 +45,13 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Sequence
 
-import msgspec
 
 from sidecar.config import Config
-from sidecar.engine.engine import Claim
-from sidecar.engine.handoff import Handoff
+from sidecar.engine.pipe import END, decode_claims, encode_claims
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.handoff import Handoff
 from sidecar.engine.subjects import FinishHook
 from sidecar.ingest.funnel import FunnelCounter
-from sidecar.ingest.wire import Exchange
 from sidecar.supervise import UNTIL_DONE, Policy, Supervisor
 
 log = logging.getLogger("shadowtrial.engine")
@@ -61,20 +60,6 @@ log = logging.getLogger("shadowtrial.engine")
 BATCH = 64
 #: How long the engine's process may take to open its store and report in.
 START_TIMEOUT_S = 60.0
-
-ENCODER = msgspec.msgpack.Encoder()
-DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]])
-#: The forwarder's last message: everything queued has been sent.
-END = b""
-
-
-def encode_claims(claims: Sequence[Claim]) -> bytes:
-    return ENCODER.encode([(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims])
-
-
-def decode_claims(data: bytes) -> list[Claim]:
-    return [Claim(t, ex, seq, kept) for seq, t, ex, kept in DECODER.decode(data)]
-
 
 class EngineStartError(RuntimeError):
     """The engine's process could not start (its message says why)."""

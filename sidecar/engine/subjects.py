@@ -20,7 +20,7 @@ from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import Provider
 from sidecar.telemetry.names import Role
 from sidecar.store.records import CaseFinish, Effect, TrialRecord
-from sidecar.trials import Resolved, spec_of
+from sidecar.trials.create import Resolved, spec_of
 
 SubjectKind = Literal["trial", "watch", "replay"]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 
 
 class Watermark:

@@ -23,7 +23,7 @@ One directory belongs to one sidecar at a time (an exclusive ``flock``).
 At rest (issue 21, items 13 and 14):
 
 - With a retention key (``Journal(..., sealer=...)``), every exchange is sealed before it is
-  written (:class:`~sidecar.retention.seal.Sealer`, AES-256-GCM, the trial and exchange id as
+  written (:class:`~sidecar.seal.Sealer`, AES-256-GCM, the trial and exchange id as
   associated data); only sequence numbers, trial ids and exchange ids are in clear. A
   sealed claim that does not open at the next start (the key changed or was removed) comes
   back without its content and is counted ``shed_stopped``, like a retention-off team's.
@@ -50,10 +50,10 @@ from typing import Collection, Sequence
 
 import msgspec
 
-from sidecar.engine.engine import Claim
+from sidecar.ingest.claims import Claim
 from sidecar.errors import StartupError
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
-from sidecar.retention.seal import Sealer, UnsealError
+from sidecar.seal import Sealer, UnsealError
 
 log = logging.getLogger("shadowtrial.journal")
 

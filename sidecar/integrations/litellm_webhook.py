@@ -3,7 +3,7 @@
 LiteLLM's ``GenericAPILogger`` (``callbacks: ["generic_api"]``, endpoint in
 ``GENERIC_LOGGER_ENDPOINT``) posts a JSON array of StandardLoggingPayload objects (1.80.0
 sends nothing else); NDJSON, one payload per line, and a single object are taken too. The
-tap's ``POST /v1/integrations/litellm`` (:mod:`sidecar.ingest.tap`) reads the body and the
+tap's ``POST /v1/integrations/litellm`` (:mod:`sidecar.api.tap`) reads the body and the
 URL's parameters and calls :func:`exchanges_from_body`, which maps every entry with
 :func:`sidecar.integrations.slo.to_exchange` — the plugin's mapping, not a copy of it.
 

@@ -15,7 +15,7 @@ them twice. In a fleet every sidecar resumes a running replay: the work is repea
 cases are not (``claim_case``), and progress is kept as the furthest any feeder got.
 
 Backpressure, not shedding: a page of claims goes to the engine's hand-off with
-:meth:`~sidecar.engine.handoff.Handoff.put_many`, which waits (on a worker thread) while the
+:meth:`~sidecar.ingest.handoff.Handoff.put_many`, which waits (on a worker thread) while the
 queue is over half full, so a replay never takes the room live traffic needs and never
 sheds. Restart-safe: after each page is handed off, its last ``seq`` and the count fed are
 stored with the trial (``save_replay_progress``), and a restarted sidecar resumes there; a
@@ -41,9 +41,9 @@ import time
 from typing import Callable, Protocol
 
 from policies.sampling import is_sampled
-from sidecar.engine.engine import Claim
-from sidecar.engine.handoff import Handoff
-from sidecar.retention.seal import Sealer, UnsealError
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.handoff import Handoff
+from sidecar.seal import Sealer, UnsealError
 from sidecar.retention.window import open_exchange
 from sidecar.store.base import Store
 from sidecar.store.records import RetainedSelection, TrialRecord

@@ -7,7 +7,7 @@ what already waited) and counted ``retention_shed_buffer_full``. A writer task o
 loop takes batches of ``retention.batch_size``; drops the exchanges of teams whose prompt
 retention is off (``retention_skipped_retention_off``: nothing of them is written
 anywhere) and redacted ones; seals the rest on a worker thread
-(:class:`~sidecar.retention.seal.Sealer`); and writes them with the window's bounds in one
+(:class:`~sidecar.seal.Sealer`); and writes them with the window's bounds in one
 store transaction, which evicts the oldest (counted by reason: ``evicted_age``,
 ``evicted_count``, ``evicted_bytes``). A failed write drops its batch, counted
 ``retention_write_failed``; the window is a convenience for replay, never a reason to fail.
@@ -39,7 +39,7 @@ import msgspec
 from sidecar.config import RetentionConfig
 from sidecar.ingest.wire import Exchange
 from sidecar.redact import describe
-from sidecar.retention.seal import Sealer
+from sidecar.seal import Sealer
 from sidecar.store.base import Store
 from sidecar.store.records import RetainedExchange, RetainResult
 from sidecar.supervise import RESTART, Supervisor
@@ -251,5 +251,5 @@ class RetentionWindow:
 
 
 def open_exchange(sealer: Sealer, row: RetainedExchange) -> Exchange:
-    """The exchange a retained row holds (raises :class:`~sidecar.retention.seal.UnsealError`)."""
+    """The exchange a retained row holds (raises :class:`~sidecar.seal.UnsealError`)."""
     return msgspec.json.decode(sealer.open(row.sealed, team=row.team, exchange_id=row.exchange_id), type=Exchange)

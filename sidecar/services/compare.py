@@ -48,7 +48,7 @@ from sidecar.ingest.wire import split_path
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
 from sidecar.runtime import Runtime
 from sidecar.services.access import require
-from sidecar.trials import NAME_RULE, Name, Tokens
+from sidecar.trials.create import NAME_RULE, Name, Tokens
 
 MIN_MODELS, MAX_MODELS = 2, 6
 MAX_COMPARE_CAP_USD = 100.0

@@ -36,10 +36,10 @@ from sidecar.errors import ApiError, BadRequest, Forbidden
 from sidecar.ingest.wire import split_path
 from sidecar.runtime import Runtime
 from sidecar.services.access import require
-from sidecar.services.posture_report import pause_reason, reports_of
+from sidecar.engine.posture_report import pause_reason, reports_of
 from sidecar.store.records import GatewayReport
-from sidecar.trial_spec import pause_effects
-from sidecar.trials import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
+from sidecar.trials.spec import pause_effects
+from sidecar.trials.create import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 
 log = logging.getLogger("shadowtrial.posture")
 

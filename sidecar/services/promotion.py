@@ -31,13 +31,13 @@ from policies import cusum
 from policies.money import Price
 from policies.promotion import DEFAULT_WATCH_SAMPLE_RATE, PROMOTABLE, refusal, utc_day
 from policies.roles import Principal
-from sidecar.api.views import read_trial, trial_view
+from sidecar.services.views import read_trial, trial_view
 from sidecar.errors import BadRequest, NotFound, PromotionRefused
 from sidecar.ingest.wire import split_path
 from sidecar.runtime import Runtime
 from sidecar.services.access import require
 from sidecar.store.watch_records import PromotionRecord, WatchRecord
-from sidecar.watches import first_day_row
+from sidecar.trials.watch_rows import first_day_row
 
 _WORDS = {
     "corpus_evidence": "corpus evidence (an experiment over a dataset) never promotes; only traffic evidence does",

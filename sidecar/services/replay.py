@@ -29,7 +29,7 @@ from sidecar.retention.replay import selection
 from sidecar.runtime import Runtime
 from sidecar.services.posture import Current
 from sidecar.store.records import TrialRecord
-from sidecar.trials import TrialCreate
+from sidecar.trials.create import TrialCreate
 
 
 def _epoch(when: datetime) -> float:

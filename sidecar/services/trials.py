@@ -21,16 +21,16 @@ from typing import Any
 from policies.posture import needs_pause
 from policies.verdict import bounds_path
 from policies.roles import Principal
-from sidecar.api.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
+from sidecar.services.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.runtime import Runtime
 from sidecar.services.access import require, require_create, visible
 from sidecar.services.posture import current_posture
-from sidecar.services.posture_report import pause_reason
+from sidecar.engine.posture_report import pause_reason
 from sidecar.services.replay import as_replay, is_replay
 from sidecar.store.records import TrialRecord
-from sidecar.trial_spec import pause_effects, spec_effects
-from sidecar.trials import TrialCreate, build_trial
+from sidecar.trials.spec import pause_effects, spec_effects
+from sidecar.trials.create import TrialCreate, build_trial
 
 
 def _missing(trial_id: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from policies import cusum
 from policies.promotion import observation, utc_day
 from policies.roles import Principal
-from sidecar.api.views import list_item, live_item, spend_totals_view
+from sidecar.services.views import list_item, live_item, spend_totals_view
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.runtime import Runtime
 from sidecar.services.access import require, visible

@@ -275,7 +275,7 @@ class OutboxDelivery(Protocol):
 
 
 class CollectedStore(Protocol):
-    """What a collector holds of the uplink (``shadowtrial collector``, :mod:`sidecar.collected`):
+    """What a collector holds of the uplink (``shadowtrial collector``, :mod:`sidecar.collector.collected`):
     each record once by id, as it came, and the exchanges its engine has still to run."""
 
     async def put_collected(self, records: Sequence[Held]) -> list[str]:

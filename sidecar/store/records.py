@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sidecar.store.outbox import OutboxRecord as OutboxRecord  # re-exported: callers name it from here
+from sidecar.store.watch_records import WatchStep
+
 TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted"]
 ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
 CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
@@ -85,7 +88,7 @@ class TrialRecord:
     disputed_calls: int = 0
     #: The statistics kept with the trial between reads, as JSON text (None until the first
     #: read): :class:`policies.sequence.SequenceState`, the verdict's running intersection, and
-    #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.fold` folds them and
+    #: :class:`policies.judge_health.JudgeHealthState`. :mod:`sidecar.trials.fold` folds them and
     #: ``save_states`` keeps them; the store never reads inside them.
     sequence_state: str | None = None
     judge_health_state: str | None = None
@@ -203,21 +206,6 @@ class CaseFinish:
     incumbent_cost_coverage: str = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxRecord:
-    """An effect of a finished case: one record for the uplink's outbox.
-
-    ``record_id`` is the deduplication key downstream; writing the same id
-    twice keeps the first (at-least-once delivery, DESIGN.md rule 9).
-    """
-
-    record_id: str
-    topic: str
-    body: str
-
-
-from sidecar.store.watch_records import WatchStep  # noqa: E402  (its module imports nothing of this one at run time)
-
 #: Everything a post-finish hook may ask the store to write with the outcome.
 Effect = OutboxRecord | WatchStep
 
@@ -296,7 +284,7 @@ class PostureWrite:
 class RetainedExchange:
     """A served exchange in the retention window (``RetentionStore``).
 
-    ``sealed`` is the whole exchange, encrypted (:mod:`sidecar.retention.seal`): the only
+    ``sealed`` is the whole exchange, encrypted (:mod:`sidecar.seal`): the only
     field with content. The others are identities and times, to select a replay's window
     by: ``served_at`` (the gateway's time, else when the tap took it) and ``kept_at`` (when
     the tap took it: the window's age). ``seq`` is assigned by the store, in arrival order.

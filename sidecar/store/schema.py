@@ -153,7 +153,7 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT RAISE(ABORT, 'spend cap would be passed');
     END;
     """,
-    # 3: the statistics a trial keeps between reads (sidecar/fold.py): the verdict's running
+    # 3: the statistics a trial keeps between reads (sidecar/trials/fold.py): the verdict's running
     # intersection and the judge-health test, as JSON text, each with the count it was folded
     # over, which the conditional update in save_states compares
     """
@@ -208,7 +208,7 @@ MIGRATIONS: tuple[str, ...] = (
         UPDATE trials SET state_revision = OLD.state_revision + 1 WHERE id = NEW.id;
     END;
     """,
-    # 9: what a collector holds of the uplink (sidecar/collected.py): each record once by id,
+    # 9: what a collector holds of the uplink (sidecar/collector/collected.py): each record once by id,
     # as it came; exchanges of control-plane trials are run from here by the collector's engine
     """
     CREATE TABLE collected_records (

@@ -146,7 +146,7 @@ MIGRATIONS: tuple[str, ...] = (
         created_at DOUBLE PRECISION NOT NULL
     );
     """,
-    # 2: the statistics a trial keeps between reads (sidecar/fold.py), as in SQLite's migration 3
+    # 2: the statistics a trial keeps between reads (sidecar/trials/fold.py), as in SQLite's migration 3
     """
     ALTER TABLE trials
         ADD COLUMN sequence_state TEXT,

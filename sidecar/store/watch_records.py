@@ -12,10 +12,9 @@ against, so a case in flight across midnight counts against the day it started i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from sidecar.store.records import OutboxRecord
+from sidecar.store.outbox import OutboxRecord
 
 WatchStatus = Literal["active", "stopped"]
 AlertStatus = Literal["firing", "acknowledged", "resolved"]

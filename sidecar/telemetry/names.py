@@ -89,7 +89,7 @@ FINISH_REASONS = frozenset(
      "tool_use", "refusal", "pause_turn"}
 )
 
-#: Tap refusals and excluded gateway figures (sidecar.ingest.tap counts them in ``rt.counters``).
+#: Tap refusals and excluded gateway figures (sidecar.api.tap counts them in ``rt.counters``).
 TAP_REJECTED = ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding")
 TAP_FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
 #: Why a gateway plugin dropped an exchange, as it reports it (sidecar.ingest.plugin_stats).

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import load_config
 from tests.console.conftest import Pages, screenshot
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, write_config
@@ -208,11 +208,11 @@ async def test_a_failed_read_offers_retry(tmp_path: Path) -> None:
 
     from aiohttp import web
 
-    from sidecar.console.corpus_pages import corpus_console_app
-    from sidecar.corpus.api import Services
-    from sidecar.corpus.context import CorpusContext
+    from sidecar.collector.corpus.pages import corpus_console_app
+    from sidecar.collector.corpus.api import Services
+    from sidecar.collector.corpus.context import CorpusContext
     from sidecar.store import make_store
-    from tests.sidecar.corpus_kit import DEFAULTS
+    from tests.sidecar.collector.corpus.corpus_kit import DEFAULTS
 
     store = make_store(str(tmp_path / "c.db"))
     await store.open()

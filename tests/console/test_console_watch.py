@@ -20,7 +20,7 @@ from playwright.async_api import expect
 from tests.console.conftest import Pages, screenshot
 from tests.console.test_console_browser import sign_in
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
-from tests.sidecar.test_watches import models, served
+from tests.sidecar.services.test_watches import models, served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

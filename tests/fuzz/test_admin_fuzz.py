@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.config import MAX_TOKENS
-from sidecar.trials import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD, MIN_TOLERANCE, STATUSES, JudgeIn, TrialCreate
+from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD, MIN_TOLERANCE, STATUSES, JudgeIn, TrialCreate
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
 
 EXAMPLES = 2_400

@@ -1,7 +1,7 @@
 """The process lifecycle with real processes: SIGKILL mid-trial, SIGTERM drain,
 and a drain deadline that passes.
 
-Each test runs ``python -m sidecar.cli serve`` as a child process against a
+Each test runs ``python -m sidecar.cli.main serve`` as a child process against a
 fake provider served from the test process, and reads the SQLite file
 directly once the child is gone. Product rules under test (DESIGN.md): rule 9
 (a case in flight when the process died is ``indeterminate`` and never re-run),
@@ -54,7 +54,7 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
         with self.log.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "sidecar.cli", "serve", "--config", str(self.config),
+                sys.executable, "-m", "sidecar.cli.main", "serve", "--config", str(self.config),
                 cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err,
             )
         assert self.proc.stdout is not None

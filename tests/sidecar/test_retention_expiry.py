@@ -18,7 +18,7 @@ from sidecar.engine.engine import Claim
 from sidecar.engine.handoff import Handoff
 from sidecar.ingest.wire import Exchange
 from sidecar.retention.replay import ReplayFeeder
-from sidecar.retention.seal import Sealer
+from sidecar.seal import Sealer
 from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.records import RetainedSelection

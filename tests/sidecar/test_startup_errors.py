@@ -29,7 +29,7 @@ async def serve_fails(config: Path) -> tuple[int, list[str]]:
     """Run ``shadowtrial serve --config CONFIG``; it must exit by itself. (exit status, stderr lines)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar.cli", "serve", "--config", str(config),
+        sys.executable, "-m", "sidecar.cli.main", "serve", "--config", str(config),
         cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

@@ -107,7 +107,7 @@ async def test_set_trial_status_is_conditional(store: Store) -> None:
     assert await store.set_trial_status("nope", "stopped", None, ended=True, now=1.0) == (None, False)
 
 
-# -- kept states (the statistics a read folds, sidecar/fold.py) ---------------------
+# -- kept states (the statistics a read folds, sidecar/trials/fold.py) ---------------------
 
 
 async def test_kept_states_start_empty_and_round_trip_on_every_read(store: Store) -> None:

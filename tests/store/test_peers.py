@@ -266,7 +266,7 @@ async def test_of_state_writers_racing_from_one_read_exactly_one_is_kept(store: 
 
 async def test_racing_folds_lose_no_look_and_never_lower_the_count(store: Store, peer: Store) -> None:
     """Writers on two instances each fold their looks into the stored state the
-    way sidecar/fold.py does (read, fold, compare-and-set, fold again when
+    way sidecar/trials/fold.py does (read, fold, compare-and-set, fold again when
     refused): every look ends up in the state, and the count each writer reads
     never falls."""
     await store.create_trial(trial("t1"))

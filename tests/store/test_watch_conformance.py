@@ -12,7 +12,7 @@ from sidecar.store.base import Store
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import OutboxRecord, TrialRecord
 from sidecar.store.watch_records import PromotionRecord, WatchRecord, WatchStep
-from sidecar.watches import next_day_row
+from sidecar.trials.watch_rows import next_day_row
 from tests.store.factories import finish, start, trial
 
 DESIGN = cusum.design(0.2, min_judged=5)

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from sidecar.auth.mint import generate_key_pair
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import CollectorConfig, CollectorKeyConfig
 from uplink.signing import Signer, load_private_key
 

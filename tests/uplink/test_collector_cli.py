@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sidecar.cli import main
+from sidecar.cli.main import main
 from tests.uplink.test_collector import post
 from uplink.schema import TrialState, encode_batch
 
@@ -30,7 +30,7 @@ def test_an_unknown_collector_setting_is_refused(tmp_path: Path, capsys: pytest.
 async def test_the_collector_serves_the_corpus_api_behind_admin_tokens(tmp_path: Path) -> None:
     """Corpus evidence lives in the control plane: ``shadowtrial collector``'s config mounts the
     corpus routes beside the uplink's, behind the admin API's JWTs (not the uplink's keys)."""
-    from sidecar.collector_server import CollectorServer
+    from sidecar.collector.server import CollectorServer
     from sidecar.config import load_config
     from tests.harness import AuthKit
     from tests.uplink.kit import UplinkKit

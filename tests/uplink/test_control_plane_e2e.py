@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 import httpx
 import pytest
 
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, Harness, default_models, exchange, wait_for, write_config

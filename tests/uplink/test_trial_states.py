@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from sidecar.store.sqlite import SQLiteStore
-from sidecar.uplink_states import UNCHANGED_EVERY, StatePublisher
+from sidecar.export.trial_states import UNCHANGED_EVERY, StatePublisher
 from tests.store.factories import effect, finish, start, trial
 
 

@@ -11,7 +11,7 @@ from sidecar.auth.mint import generate_key_pair
 from sidecar.config import Config, load_config
 from sidecar.errors import ConfigError
 from sidecar.store import make_store
-from sidecar.uplink_delivery import open_delivery
+from sidecar.export.delivery import open_delivery
 
 
 def _load(tmp: Path, text: str) -> Config:

@@ -1,0 +1,1 @@
+"""The ``shadowtrial`` command: ``main`` parses and dispatches; each command family is a module."""

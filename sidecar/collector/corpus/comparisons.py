@@ -1,0 +1,247 @@
+"""Comparison groups up to their admission: readiness, admission and start (issue 13, item 3).
+Nothing here calls a model; running an admitted group is not built yet.
+
+Body of ``POST /v1/comparisons/readiness`` and ``POST /v1/comparisons``::
+
+    {"suite_id": "su_…", "repetitions": 3, "primary_metric": "pref",
+     "arms": [{"name": "today", "model": "gpt-a"},
+              {"name": "next", "model": "gpt-b", "system_prompt": "…", "params": {"temperature": 0.2}}],
+     "readiness_token": "…"}                                            (start only)
+
+**Readiness** (read-only) answers each arm's resolved model (provider, upstream name,
+list price), route, system-prompt hash and settings; what differs
+between arms beyond the model; the planned invocations per arm and the admission; any
+``problems`` that would refuse a start; and a ``readiness_token``, a hash of the whole
+answer.
+
+**Start** needs an ``Idempotency-Key`` and the token of a readiness check. In order:
+the same key with the same body returns the group it created (``200``), whatever changed
+since; the same key with another body is ``409 request_key_conflict``; a problem is
+``422`` with its code (``model_unresolved``, ``spend_unbounded``); a group over the limit
+is ``422 comparison_invocation_limit`` naming each arm's count; a readiness answer that is
+not the one the token was taken from is ``409 stale_preflight``; otherwise the group is
+stored ``admitted`` (``201``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import msgspec
+
+from policies.experiments import (
+    INVOCATION_LIMIT,
+    MAX_ARMS,
+    MAX_REPETITIONS,
+    MIN_ARMS,
+    MIN_REPETITIONS,
+    ArmFacts,
+    admit,
+    differences,
+    plan_arm,
+    prompt_hash,
+)
+from policies.graders import MODEL_GRADERS, canonical, content_hash
+from policies.roles import Principal
+from sidecar.collector.corpus.context import CorpusContext
+from sidecar.collector.corpus.datasets import Name, require_write
+from sidecar.collector.corpus.run_service import RunService
+from sidecar.collector.corpus.plan import DEFAULT_TOLERANCE, Arm, plan_worst_case, suite_items
+from sidecar.collector.corpus.suites import SuiteService
+from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
+from sidecar.errors import BadRequest, Conflict, NotFound
+from sidecar.services.access import visible
+from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.store.errors import IdempotencyConflict
+
+
+class ParamsIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_defaults=True):
+    """An arm's generation parameters (unset: the provider's default; ``max_tokens``: the
+    engine's default)."""
+
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    presence_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)] | None = None
+
+
+class ArmIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    name: Name
+    model: Name
+    route: Name | None = None
+    system_prompt: Annotated[str, msgspec.Meta(max_length=200_000)] | None = None
+    params: ParamsIn = ParamsIn()
+
+
+class ComparisonIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    suite_id: Name
+    arms: Annotated[list[ArmIn], msgspec.Meta(min_length=MIN_ARMS, max_length=MAX_ARMS)]
+    primary_metric: Name
+    repetitions: Annotated[int, msgspec.Meta(ge=MIN_REPETITIONS, le=MAX_REPETITIONS)] = 1
+    readiness_token: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    #: The group's spend cap (both arms and every judge call counted); default: the plan's worst case.
+    spend_cap_usd: Annotated[float, msgspec.Meta(gt=0.0, le=1_000_000.0)] | None = None
+    #: The parity band of the results, on the win-rate scale (default 0.05).
+    tolerance: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+
+
+def _missing(comparison_id: str) -> str:
+    return f"no comparison {comparison_id!r}"
+
+
+def comparison_view(c: ComparisonRecord) -> dict[str, Any]:
+    spec = msgspec.json.decode(c.spec)
+    readiness = msgspec.json.decode(c.readiness)
+    # An A/B comparison (sidecar.collector.corpus.ab) is a group too, with a readiness of its own shape.
+    return {"id": c.id, "team": c.team, "suite_id": c.suite_id, "evidence": "corpus", "status": c.status,
+            "kind": "ab" if "ab" in spec else "group",
+            "repetitions": spec.get("repetitions", 1), "primary_metric": spec.get("primary_metric"),
+            "arms": readiness["arms"], "differences": readiness.get("differences", []),
+            "planned": readiness.get("planned"),
+            "planned_total": c.planned_total, "readiness_token": c.readiness_token,
+            "created_at": c.created_at, "created_by": c.created_by}
+
+
+class ComparisonService:
+    def __init__(self, ctx: CorpusContext, suites: SuiteService) -> None:
+        self._ctx = ctx
+        self._suites = suites
+
+    async def readiness(self, principal: Principal, body: ComparisonIn) -> dict[str, Any]:
+        """The readiness answer (module docs); read-only, no provider is called."""
+        suite = await self._suites.get_record(principal, body.suite_id, field="$.suite_id")
+        metrics = msgspec.json.decode(suite.metrics)
+        by_name = {m["name"]: m for m in metrics}
+        primary = by_name.get(body.primary_metric)
+        if primary is None:
+            raise ComparisonInvalid(f"suite {suite.id!r} has no metric {body.primary_metric!r}; it has "
+                                    f"{', '.join(sorted(by_name))}", field="$.primary_metric")
+        if primary["direction"] == "categorical":
+            raise ComparisonInvalid(f"metric {body.primary_metric!r} is categorical: it names no winner, so it "
+                                    "cannot be the primary metric", field="$.primary_metric")
+        names: set[str] = set()
+        problems: list[dict[str, Any]] = []
+        arms: list[dict[str, Any]] = []
+        facts: list[ArmFacts] = []
+        for n, arm in enumerate(body.arms):
+            if arm.name in names:
+                raise ComparisonInvalid(f"arm name {arm.name!r} is used twice", field=f"$.arms[{n}].name")
+            names.add(arm.name)
+            resolved: dict[str, Any] | None = None
+            try:
+                r = self._ctx.resolve(arm.model)
+            except LookupError as exc:
+                problems.append({"code": "model_unresolved", "field": f"$.arms[{n}].model", "message": str(exc)})
+            else:
+                resolved = {"provider": r.provider, "upstream_model": r.upstream, "priced": r.price is not None,
+                            "list_price": None if r.price is None else {
+                                "input_micros_per_mtok": r.price.input_per_mtok,
+                                "output_micros_per_mtok": r.price.output_per_mtok}}
+                if r.price is None:
+                    problems.append({"code": "spend_unbounded", "field": f"$.arms[{n}].model",
+                                     "message": f"model {arm.model!r} has no list price: the group's spend could "
+                                                "not be capped"})
+            settings = msgspec.to_builtins(arm.params)
+            settings.setdefault("max_tokens", self._ctx.defaults.candidate_max_tokens)
+            p_hash = prompt_hash(arm.system_prompt)
+            arms.append({"name": arm.name, "model": arm.model, "resolved": resolved, "route": arm.route,
+                         "prompt_hash": p_hash, "settings": settings})
+            facts.append(ArmFacts(arm.name, arm.model, arm.route, p_hash, settings))
+        items = await self._suites.item_count(suite)
+        model_graders = sum(1 for m in metrics if m["kind"] in MODEL_GRADERS)
+        plans = [plan_arm(a.name, items=items, repetitions=body.repetitions, model_graders=model_graders)
+                 for a in body.arms]
+        admission = admit(plans)
+        answer: dict[str, Any] = {
+            "suite": {"id": suite.id, "name": suite.name, "version": suite.version, "digest": suite.digest},
+            "team": suite.team, "evidence": "corpus", "items": items, "repetitions": body.repetitions,
+            "primary_metric": body.primary_metric, "arms": arms, "differences": differences(facts),
+            "planned": {
+                "per_arm": [{"arm": p.arm, "generations": p.generations, "grader_allowance": p.grader_allowance,
+                             "total": p.total} for p in plans],
+                "group_total": admission.group_total, "limit": admission.limit,
+                "model_graders": model_graders,
+            },
+            "admission": {"admitted": admission.admitted, "over": [{"arm": p.arm, "total": p.total}
+                                                                    for p in admission.over]},
+            "problems": problems, "provider_calls": 0,
+        }
+        answer["spend"] = await self._spend(suite.id, body, arms)
+        if answer["spend"]["worst_case_micros"] is None and not problems:
+            problems.append({"code": "spend_unbounded", "field": "$.suite_id",
+                             "message": "a judge model of the suite has no list price: the group's spend could not "
+                                        "be capped"})
+        answer["readiness_token"] = content_hash(answer)
+        return answer
+
+    async def _spend(self, suite_id: str, body: ComparisonIn, arms: list[dict[str, Any]]) -> dict[str, Any]:
+        """The plan's worst case and the cap a start will hold (read-only; list prices)."""
+        metrics, items = await suite_items(self._ctx.store, suite_id)
+        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"]) for a, r in zip(body.arms, arms)]
+        try:
+            worst = plan_worst_case(planned, metrics, items, body.repetitions, self._ctx.resolve)
+        except LookupError:
+            worst = None
+        cap = round(body.spend_cap_usd * 1_000_000) if body.spend_cap_usd is not None else worst
+        return {"worst_case_micros": worst, "cap_micros": cap, "basis": "list_price",
+                "tolerance": DEFAULT_TOLERANCE if body.tolerance is None else body.tolerance}
+
+    async def start(self, principal: Principal, body: ComparisonIn, request_key: str) -> tuple[dict[str, Any], bool]:
+        """Start (admit) the group; (view, created). See the module docs for the order of checks."""
+        body_hash = content_hash(msgspec.to_builtins(body))
+        store = self._ctx.store
+        found = await store.find_request_key(request_key)
+        if found is not None:
+            if found[0] != body_hash:
+                raise IdempotencyConflict(request_key)
+            if not principal.sees(found[1].team):
+                raise NotFound(_missing(found[1].id))
+            return comparison_view(found[1]), False
+        if body.readiness_token is None:
+            raise BadRequest("a start needs the readiness_token of a readiness check (POST /v1/comparisons/readiness "
+                             "with the same body)", field="$.readiness_token")
+        answer = await self.readiness(principal, body)
+        require_write(principal, answer["team"], "comparisons")
+        if answer["problems"]:
+            raise _refusal(answer["problems"][0])
+        if not answer["admission"]["admitted"]:
+            raise _limit(answer)
+        if answer["readiness_token"] != body.readiness_token:
+            raise Conflict("the readiness answer changed since the check (a model's route or price, the suite); "
+                           "check readiness again and start with its token", field="$.readiness_token",
+                           code="stale_preflight")
+        record = ComparisonRecord(
+            f"cg_{uuid.uuid4().hex}", answer["team"], answer["suite"]["id"],
+            canonical(msgspec.to_builtins(body)), canonical(answer), answer["readiness_token"],
+            answer["planned"]["group_total"], "admitted", self._ctx.clock(), principal.subject)
+        stored, created = await store.create_comparison(record, request_key=request_key, body_hash=body_hash)
+        return comparison_view(stored), created
+
+    async def get(self, principal: Principal, comparison_id: str) -> dict[str, Any]:
+        record = await self._ctx.store.get_comparison(comparison_id)
+        if record is None or not principal.sees(record.team):
+            raise NotFound(_missing(comparison_id))
+        view = comparison_view(record)
+        run = await RunService(self._ctx).report(record)
+        if run is not None:  # once a runner has taken the group
+            view["run"] = run
+        return view
+
+    async def listing(self, principal: Principal, team: str | None, suite_id: str | None) -> list[dict[str, Any]]:
+        records = await self._ctx.store.list_comparisons(teams=visible(principal, team), suite_id=suite_id)
+        return [comparison_view(c) for c in records]
+
+
+def _refusal(problem: dict[str, Any]) -> Unprocessable:
+    return Unprocessable(problem["message"], field=problem["field"], code=problem["code"])
+
+
+def _limit(answer: dict[str, Any]) -> Unprocessable:
+    over = ", ".join(f"arm {o['arm']!r} plans {o['total']:,}" for o in answer["admission"]["over"])
+    return Unprocessable(f"{over} invocations; a comparison arm may plan at most {INVOCATION_LIMIT:,} (generations plus "
+                    "each model grader's five-attempt recovery allowance). Use fewer items or repetitions; the "
+                    "limit is never raised automatically", field="$.repetitions", code="comparison_invocation_limit")

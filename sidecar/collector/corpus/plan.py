@@ -1,0 +1,147 @@
+"""A started comparison group as the runner and the results read it: its arms, metrics,
+items and repetitions, decoded once from the stored group, its suite and its dataset
+version (or slice). Also the worst-case arithmetic a group's spend is reserved with
+(:mod:`policies.money`): nothing here calls a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import msgspec
+
+from judge.absolute import MAX_CALLS as ABSOLUTE_CALLS
+from judge.absolute import RETRY_TEXT, render_messages
+from judge.paired import MAX_CALLS_PER_JUDGMENT, judge_input_upper_bound
+from judge.version import JudgeSpec
+from policies.money import Price, input_tokens_upper_bound, worst_case_micros
+from policies.reservation import BYTES_PER_TOKEN_ESTIMATE
+from sidecar.collector.corpus.datasets import slice_rows
+from sidecar.collector.corpus.items import Item, decode_row
+from sidecar.store.base import CorpusStore
+from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.trials.create import Resolved
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    name: str
+    model: str
+    system_prompt: str | None
+    settings: Mapping[str, Any]
+    #: Given answers by item id (an A/B comparison's ``outputs``): scored, the target never called.
+    outputs: Mapping[str, str] | None = None
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.settings["max_tokens"])
+
+    def messages(self, item: Item) -> list[dict[str, Any]]:
+        head = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
+        return [*head, *(dict(m) for m in item.messages)]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlan:
+    comparison: ComparisonRecord
+    arms: tuple[Arm, ...]
+    metrics: tuple[Mapping[str, Any], ...]
+    items: tuple[Item, ...]
+    repetitions: int
+    primary_metric: str
+    tolerance: float
+
+    @property
+    def baseline(self) -> Arm:
+        """The first arm: every other arm's paired judgment is against it."""
+        return self.arms[0]
+
+    @property
+    def planned_per_arm(self) -> int:
+        return len(self.items) * self.repetitions
+
+
+async def suite_items(store: CorpusStore, suite_id: str) -> tuple[list[Mapping[str, Any]], list[Item]]:
+    """The suite's pinned metrics and its items (the dataset version, or the slice of it)."""
+    suite = await store.get_suite(suite_id)
+    if suite is None:
+        return [], []
+    rows = await store.version_items(suite.dataset_id, suite.dataset_version)
+    if suite.slice_name is not None:
+        for s in await store.list_slices(suite.dataset_id):
+            if s.name == suite.slice_name and s.version == suite.slice_version:
+                rows = slice_rows(rows, s.filter)
+    return list(msgspec.json.decode(suite.metrics)), [decode_row(r) for r in rows]
+
+
+async def load_plan(store: CorpusStore, comparison: ComparisonRecord) -> GroupPlan:
+    spec = msgspec.json.decode(comparison.spec)
+    readiness = msgspec.json.decode(comparison.readiness)
+    metrics, items = await suite_items(store, comparison.suite_id)
+    arms = tuple(Arm(a["name"], a["model"], a.get("system_prompt"), r["settings"], a.get("outputs"))
+                 for a, r in zip(spec["arms"], readiness["arms"]))
+    return GroupPlan(comparison, arms, tuple(metrics), tuple(items), int(spec["repetitions"]),
+                     spec["primary_metric"], float(spec.get("tolerance") or DEFAULT_TOLERANCE))
+
+
+#: Parity band of a corpus result, on the win-rate scale (DESIGN.md section 8's delta).
+DEFAULT_TOLERANCE = 0.05
+
+
+def _texts(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [str(m.get("content", "")) for m in messages]
+
+
+def generation_worst_case(price: Price, arm: Arm, item: Item) -> int:
+    messages = arm.messages(item)
+    return worst_case_micros(price, input_tokens_upper_bound(*_texts(messages), messages=len(messages)), arm.max_tokens)
+
+
+def paired_spec(metric: Mapping[str, Any]) -> JudgeSpec:
+    s = metric["spec"]
+    return JudgeSpec(name=metric["name"], model=s["model"], rubric_id=s["rubric_id"], temperature=s["temperature"],
+                     max_tokens=s["max_tokens"], parser_version=s["parser_version"])
+
+
+def paired_worst_case(price: Price, metric: Mapping[str, Any], conversation: Sequence[Mapping[str, Any]],
+                      baseline: str, candidate: str) -> int:
+    spec = paired_spec(metric)
+    bound = judge_input_upper_bound(conversation, baseline, candidate, spec)
+    return MAX_CALLS_PER_JUDGMENT * worst_case_micros(price, bound, spec.max_tokens)
+
+
+def absolute_worst_case(price: Price, metric: Mapping[str, Any], conversation: Sequence[Mapping[str, Any]],
+                        answer_bytes: int) -> int:
+    s = metric["spec"]
+    first = render_messages(s["rubric_text"], conversation, "")
+    bound = input_tokens_upper_bound(*_texts(first), RETRY_TEXT, messages=4) + answer_bytes + s["max_tokens"]
+    return ABSOLUTE_CALLS * worst_case_micros(price, bound, s["max_tokens"])
+
+
+def plan_worst_case(arms: Sequence[Arm], metrics: Sequence[Mapping[str, Any]], items: Sequence[Item],
+                    repetitions: int, resolve: Callable[[str], Resolved]) -> int | None:
+    """The most the whole group can cost (every generation at ``max_tokens``, every model
+    grader at its call limit, answers at a typical bytes-per-token); None when a model has no
+    list price. A start's default cap."""
+    total = 0
+    for arm in arms:
+        price = None if arm.outputs is not None else resolve(arm.model).price
+        if price is None and arm.outputs is None:
+            return None
+        answer = "x" * (arm.max_tokens * BYTES_PER_TOKEN_ESTIMATE)
+        for item in items:
+            per_rep = 0 if price is None else generation_worst_case(price, arm, item)
+            conversation = arm.messages(item)
+            for m in metrics:
+                judge_price = resolve(m["spec"]["model"]).price if m["kind"] in ("paired_judge", "absolute_judge") \
+                    else None
+                if m["kind"] == "absolute_judge":
+                    if judge_price is None:
+                        return None
+                    per_rep += absolute_worst_case(judge_price, m, conversation, len(answer))
+                elif m["kind"] == "paired_judge" and arm is not arms[0]:
+                    if judge_price is None:
+                        return None
+                    per_rep += paired_worst_case(judge_price, m, conversation, answer, answer)
+            total += per_rep * repetitions
+    return total

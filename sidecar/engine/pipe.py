@@ -1,0 +1,27 @@
+"""The codec of the pipe between the tap's process and the engine's process.
+
+Both ends import it (:mod:`sidecar.engine.process` writes, :mod:`sidecar.engine.child`
+reads), so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import msgspec
+
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.wire import Exchange
+
+ENCODER = msgspec.msgpack.Encoder()
+DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]])
+#: The forwarder's last message: everything queued has been sent.
+END = b""
+
+
+def encode_claims(claims: Sequence[Claim]) -> bytes:
+    return ENCODER.encode([(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims])
+
+
+def decode_claims(data: bytes) -> list[Claim]:
+    return [Claim(t, ex, seq, kept) for seq, t, ex, kept in DECODER.decode(data)]

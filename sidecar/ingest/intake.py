@@ -1,0 +1,133 @@
+"""Intake: the stage between the gateway's exchanges and the sinks that run them.
+
+:func:`offer` matches a screened batch against the routing table, samples, hands each
+sampled :class:`~sidecar.ingest.claims.Claim` to the sink of its trial's pinned
+execution site (:class:`~sidecar.ingest.handoff.Handoff`), journals what the sink took
+and counts every outcome. It never awaits: the HTTP tap (:mod:`sidecar.api.tap`) and the
+LiteLLM webhook call it on the tap's loop.
+
+It takes the few things it uses (:class:`IntakeParts`), not the runtime: the routing
+table, the sinks and their journals, the funnel counter, the process's counters, the
+retention window's buffer and the outbox's fullness. The sinks (the engine, its process,
+the control-plane forwarder) consume the contract below them; none is imported here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Mapping, Protocol, Sequence
+
+from policies.sampling import is_sampled
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.funnel import FunnelCounter
+from sidecar.ingest.handoff import Handoff
+from sidecar.ingest.journal import Journal
+from sidecar.ingest.routing import RoutingTable
+from sidecar.ingest.screen import Screened, screen_batch
+from sidecar.ingest.wire import Exchange, TapReply, decode_batch
+
+log = logging.getLogger("shadowtrial.tap")
+
+
+class ExchangeBuffer(Protocol):
+    """Where the retention window takes the exchanges of a batch (buffered, never awaited)."""
+
+    def offer(self, exchanges: Sequence[Exchange]) -> int: ...
+
+
+class IntakeParts(Protocol):
+    """What intake reads and counts into; the runtime provides them, read at each batch."""
+
+    @property
+    def routing(self) -> RoutingTable: ...
+    @property
+    def sinks(self) -> Mapping[str, Handoff[Claim]]: ...
+    @property
+    def journals(self) -> Mapping[str, Journal]: ...
+    @property
+    def funnel(self) -> FunnelCounter: ...
+    @property
+    def counters(self) -> Counter[str]: ...
+    @property
+    def retention(self) -> ExchangeBuffer | None: ...
+    @property
+    def outbox_full(self) -> bool: ...
+
+
+def ingest(parts: IntakeParts, body: bytes, content_type: str, teams: frozenset[str] | None = None) -> TapReply:
+    """Decode, screen, match, sample and hand claims to their sinks. Never awaits. Raises DecodeError.
+
+    A claim goes to the sink of its trial's pinned execution site; a full sink
+    refuses the newest claims, which are counted ``shed_queue_full`` (``shed_stopped``
+    once the sink closed: stopping, or its engine's process died). ``teams``: the
+    teams the gateway's credential may report (None: any); an exchange for another
+    team is refused and counted, never matched."""
+    return offer(parts, screen_batch(decode_batch(body, content_type)), teams)
+
+
+def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None = None) -> TapReply:
+    """The part of :func:`ingest` after decoding: match, sample, hand claims to their sinks."""
+    exchanges = screened.exchanges
+    refused = 0
+    if teams is not None:
+        allowed = [ex for ex in exchanges if ex.team in teams]
+        refused = len(exchanges) - len(allowed)
+        exchanges = allowed
+        if refused:
+            parts.counters["tap_exchanges_refused_team"] += refused
+    routes = parts.routing.current  # one consistent table for the whole batch
+    counts: Counter[tuple[str, str]] = Counter()
+    claims: dict[str, list[Claim]] = {}
+    content_free: set[str] = set()
+    outbox_shed = 0
+    for ex in exchanges:
+        for route in routes.match(ex):
+            if not route.prompt_retention:
+                content_free.add(route.trial_id)
+            if ex.redacted:
+                counts[(route.trial_id, "skipped_redacted")] += 1
+            elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
+                counts[(route.trial_id, "not_sampled")] += 1
+            elif parts.outbox_full:  # its result could not be recorded for the collector
+                counts[(route.trial_id, "shed_outbox_full")] += 1
+                outbox_shed += 1
+            else:
+                claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
+    sampled, shed = 0, outbox_shed
+    for site, batch in claims.items():
+        sink = parts.sinks.get(site)
+        journal = parts.journals.get(site)  # each sink's claims are written to its own journal
+        if sink is None:
+            taken = 0
+        elif journal is None:
+            taken = sink.offer_many(batch)
+        else:
+            batch = journal.number(batch)
+            taken = sink.offer_many(batch)
+            _write(parts, journal, batch[:taken], content_free)
+        sampled += taken
+        outcome = "not_at_site" if sink is None else "shed_stopped" if sink.closed else "shed_queue_full"
+        for claim in batch[taken:]:
+            shed += 1
+            counts[(claim.trial_id, outcome)] += 1
+    if counts:
+        parts.funnel.add_many(counts)
+    if parts.retention is not None:  # buffered for its writer: never awaited here
+        parts.retention.offer(exchanges)
+    for figure, n in screened.excluded.items():
+        parts.counters[f"tap_figures_excluded_{figure}"] += n
+    parts.counters["exchanges_received"] += len(exchanges)
+    parts.counters["cases_sampled"] += sampled
+    parts.counters["cases_shed"] += shed
+    return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
+
+
+def _write(parts: IntakeParts, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:
+    """Journal the claims the sink took, before the tap answers (a crash cannot lose them)."""
+    try:
+        journal.write(claims, content_free)
+    except OSError as exc:  # disk full, say: the claims still run; only crash-safety is lost
+        parts.counters["journal_write_errors"] += 1
+        if parts.counters["journal_write_errors"] == 1 or parts.counters["journal_write_errors"] % 1000 == 0:
+            log.error("intake journal write failed (%s): sampled cases are not crash-safe", exc.strerror)

@@ -1,0 +1,186 @@
+"""What the admin API shows of a trial: status, funnel, spend, verdict, judge
+health, and the candidate's cost and latency beside the incumbent's.
+
+Assembly of store figures and pure statistics; no decisions here. A read folds
+the trial's evidence into the statistics kept with it (:mod:`sidecar.trials.fold`), so
+the verdict and the judge-health flag shown stand on the next read and after a
+restart; that is the one thing a view writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from policies.verdict import Evaluation
+from policies.wording import traffic_wording
+from sidecar.services.health import judge_health_view
+from sidecar.trials.fold import fold_trial
+from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
+from sidecar.runtime import Runtime
+
+
+def _interval(iv: Any) -> dict[str, float] | None:
+    return None if iv is None else {"lower": iv.lower, "upper": iv.upper}
+
+
+def spend_view(r: TrialRecord) -> dict[str, Any]:
+    held = r.spent_micros - r.known_micros
+    if r.unknown_calls == 0:
+        coverage = "complete"
+    elif r.priced_calls == 0:
+        coverage = "unknown"
+    else:
+        coverage = "partial"
+    return {
+        "cap_micros": r.cap_micros,
+        "known_micros": r.known_micros,
+        "coverage": coverage,
+        "basis": "list_price",
+        "unknown_calls": r.unknown_calls,
+        "disputed_reports": r.disputed_calls,
+        "held_for_unknown_micros": held,
+        "charged_micros": r.spent_micros,
+        "reserved_micros": r.reserved_micros,
+        "remaining_micros": r.cap_micros - r.spent_micros - r.reserved_micros,
+    }
+
+
+def summary(r: TrialRecord) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "team": r.team,
+        "status": r.status,
+        "incumbent_model": r.incumbent_model,
+        "candidate_model": r.candidate_model,
+        "route": r.route,
+        "gateway": r.gateway,
+        "sample_rate": r.sample_rate,
+        "spend_cap_usd": r.cap_micros / 1_000_000,
+        "created_at": r.created_at,
+        "ended_at": r.ended_at,
+        "started_by": r.started_by,
+        "source": source_view(r),
+    }
+
+
+def source_view(r: TrialRecord) -> dict[str, Any]:
+    """Live traffic, or a replay of the retention window (its window and progress)."""
+    if r.source != "replay":
+        return {"kind": "live"}
+    return {"kind": "replay", "from": r.source_from, "to": r.source_to, "sample_size": r.source_size,
+            "fed": r.replay_fed}
+
+
+def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
+    ended = r.status != "running"
+    return {
+        "code": ev.verdict,
+        "wording": traffic_wording(ev.verdict, ended=ended, promoted=r.status == "adopted"),
+        "evidence": "traffic",
+        "cases": ev.n,
+        "mean_score": ev.mean_score,
+        "win_rate": ev.win_rate,
+        "interval": _interval(ev.interval),
+        "interval_kind": "95% case-cluster bootstrap (2,000 resamples), win-rate scale",
+        "small_sample": ev.small_sample,
+        "decision_bounds": _interval(ev.sequence),
+        "decision_kind": (
+            "running intersection, kept with the trial, of an anytime-valid 95% empirical-Bernstein "
+            "confidence sequence (Howard et al. 2021) over every look; win-rate scale"
+        ),
+        "decision_bounds_now": _interval(ev.sequence_now),
+        "decided_at": ev.sequence_state.decided_at,
+        "contradicted": ev.contradicted,
+        "restarts": ev.sequence_state.restarts,
+        "interval_note": ev.interval_note,
+        "tolerance": ev.delta,
+        "note": ev.note,
+    }
+
+
+async def evaluation(rt: Runtime, r: TrialRecord) -> Evaluation:
+    """The verdict of ``r`` now, folded into (and kept with) the trial's running intersection."""
+    return (await fold_trial(rt.store, r, await rt.store.score_counts(r.id))).evaluation
+
+
+def funnel_view(funnel: dict[str, int], states: dict[str, int]) -> dict[str, Any]:
+    counts = {o: funnel.get(o, 0) for o in OUTCOMES}
+    in_flight = states.get("claimed", 0) + states.get("reserved", 0) + states.get("dispatched", 0)
+    return {"outcomes": counts, "total": sum(counts.values()), "in_flight": in_flight}
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRead:
+    """One consistent read of a trial: the store's snapshot and the funnel counts not yet flushed."""
+
+    snapshot: TrialSnapshot
+    pending: dict[str, int]
+
+    @property
+    def record(self) -> TrialRecord:
+        return self.snapshot.record
+
+
+async def read_trial(rt: Runtime, trial_id: str) -> TrialRead | None:
+    """Read a trial (None: no such trial). Nothing is folded or written: the caller checks
+    who may see it before :func:`trial_view` folds its statistics."""
+    async with rt.funnel.consistent():  # store counts and pending counts, each count in exactly one
+        snap = await rt.store.snapshot(trial_id)
+        pending = rt.funnel.pending(trial_id)
+    return None if snap is None else TrialRead(snap, pending)
+
+
+async def trial_view(rt: Runtime, read: TrialRead) -> dict[str, Any]:
+    """The whole view of one trial, from one consistent read of the store."""
+    snap = read.snapshot
+    funnel = dict(snap.funnel)
+    for outcome, n in read.pending.items():
+        funnel[outcome] = funnel.get(outcome, 0) + n
+    r = snap.record
+    folded = await fold_trial(rt.store, r, snap.score_counts, snap.judgments)
+    ev, health = folded.evaluation, folded.health
+    out = summary(r)
+    out.update(
+        {
+            "status_reason": r.status_reason,
+            "execution_site": r.execution_site,
+            "prompt_retention": r.prompt_retention,
+            "judge": {"version_id": r.judge_version_id, "name": r.judge_version_name, "model": r.judge_model},
+            "funnel": funnel_view(funnel, snap.case_states),
+            "spend": spend_view(r),
+            "verdict": verdict_view(r, ev),
+            "judge_health": None if health is None else judge_health_view(health),
+            "paired": snap.paired,
+        }
+    )
+    return out
+
+
+async def list_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+    """A trial as ``GET /v1/trials`` lists it: the summary, a short verdict, the spend."""
+    ev = await evaluation(rt, r)
+    item = summary(r)
+    item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
+    item["spend"] = spend_view(r)
+    return item
+
+
+async def live_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+    """A running trial as ``GET /v1/live`` shows it: the summary, the whole verdict, the spend."""
+    ev = await evaluation(rt, r)
+    item = summary(r)
+    item["verdict"] = verdict_view(r, ev)
+    item["spend"] = spend_view(r)
+    return item
+
+
+def spend_totals_view(totals: dict[str, int]) -> dict[str, Any]:
+    """Evaluation spend summed over trials (``ReadModel.total_spend``)."""
+    return {
+        "known_micros": totals["known"],
+        "charged_micros": totals["spent"],
+        "reserved_micros": totals["reserved"],
+        "unknown_calls": totals["unknown_calls"],
+        "note": "evaluation spend is reported beside the gateway's metered spend, never summed into it",
+    }
