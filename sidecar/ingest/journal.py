@@ -35,6 +35,7 @@ import msgspec
 
 from sidecar.engine.engine import Claim
 from sidecar.errors import StartupError
+from sidecar.ingest import wide_ints
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 
 log = logging.getLogger("shadowtrial.journal")
@@ -43,7 +44,7 @@ SEGMENT_BYTES = 8 * 1024 * 1024
 _LEN = struct.Struct("<I")
 _ENCODER = msgspec.msgpack.Encoder()
 #: A record: (number, trial id, exchange id, the exchange or None when its content is not kept).
-_DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, Exchange | None]])
+_DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, Exchange | None]], ext_hook=wide_ints.ext_hook)
 
 
 class JournalInUse(StartupError):
@@ -148,11 +149,12 @@ class Journal:
 
     def _write_locked(self, claims: Sequence[Claim]) -> None:
         free = self._content_free
-        body = _ENCODER.encode([
+        # An integer wider than msgpack's 64 bits is written as an extension value (sidecar.ingest.wide_ints).
+        body = wide_ints.encode(_ENCODER.encode, [
             (c.seq, c.trial_id, c.exchange.exchange_id,
              None if (c.trial_id in free or not c.content_kept) else c.exchange)
             for c in claims
-        ])
+        ], 3)
         record = _LEN.pack(len(body)) + body
         assert self._fd is not None, "journal not open"
         os.write(self._fd, record)
