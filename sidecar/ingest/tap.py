@@ -56,7 +56,7 @@ from sidecar.ingest.journal import Journal
 from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER
 from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.screen import Screened, screen_batch
-from sidecar.ingest.wire import DecodeError, TapReply, decode_batch, encode
+from sidecar.ingest.wire import DecodeError, TapReply, check_utf8, decode_batch, encode
 from sidecar.integrations import litellm_webhook
 from sidecar.trials import MAX_NAME_CHARS, NAME_RULE
 
@@ -301,6 +301,7 @@ async def post_litellm(request: web.Request) -> web.StreamResponse:
     if isinstance(body, web.StreamResponse):
         return body
     try:
+        check_utf8(body, request.content_type)  # naming where, as for exchanges
         batch = litellm_webhook.exchanges_from_body(body, request.content_type, team=team, gateway=gateway)
     except DecodeError as exc:
         rt.counters["tap_rejected_malformed"] += 1
