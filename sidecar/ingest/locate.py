@@ -5,8 +5,11 @@ msgspec names the field of a validation error but not where a document is malfor
 (``invalid character (byte 118)``), reports a number it cannot hold inside an object as
 ``$.request.params[...]``, and checks the UTF-8 of what it keeps only, so invalid UTF-8 in
 an ignored field, or in the key of one, passes unseen. The tap refuses all of these with
-``400`` and a path (:mod:`sidecar.ingest.wire`); this module finds it by reading the JSON
-tokens up to the byte. It runs on the refusal path only, never on an accepted body.
+``400`` and a path (:mod:`sidecar.ingest.wire`); this module finds it. It runs on the
+refusal path only, never on an accepted body, and its cost is bounded by the members of
+the containers that hold the byte: every sibling before it is skipped by the standard
+library's C scanner, never read token by token in Python (a 4 MiB batch is refused in
+milliseconds, whatever byte is bad).
 
 Paths read as msgspec's do: ``$.request.messages[0].content``, ``$["odd key"]``; a key
 that is itself not valid UTF-8 is shown with its bad bytes escaped (``$["se\\xffed"]``).
@@ -14,20 +17,37 @@ that is itself not valid UTF-8 is shown with its bad bytes escaped (``$["se\\xff
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
-# A string (to its closing quote, or to the end of the line when it has none), one of the
-# structural characters, or a number. Anything else (true, false, null, garbage) is skipped.
-_TOKEN = re.compile(rb'"(?:[^"\\\n]|\\.)*"?|[\[\]{},:]|-?[0-9][0-9eE+\-.]*')
+_WS = re.compile(r"[ \t\n\r]*")
+#: The deepest path followed (the tap refuses nesting past 64 levels anyway).
+MAX_DEPTH = 256
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ESCAPE = re.compile(rb"\\(?:u([0-9a-fA-F]{4})|.)")
 _BYTE = re.compile(r"\(byte (\d+)\)")
-#: Python's (and so msgspec's) limit on the digits of an integer read from text.
+#: A ``\u`` escape of a UTF-16 surrogate (its literal prefix keeps the search fast).
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: Numbers msgspec may not hold: an exponent of three digits or more (beyond a double's
+#: range when large), or an integer of more digits than Python reads.
 _MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+_BIG_EXPONENT = re.compile(rb"[eE]\+?[0-9]{3,}")
+_LONG_INT = re.compile(rb"[0-9]{%d}" % (_MAX_DIGITS + 1))
+_NUMBER_CHARS = frozenset(b"0123456789.-+eE")
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+#: Skips a value: lenient (NaN, Infinity, any digits), and building as little as it can.
+_SKIPPER = json.JSONDecoder(
+    parse_int=_nothing, parse_float=_nothing, parse_constant=_nothing, object_pairs_hook=_nothing, strict=False
+)
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 
 class Spot(NamedTuple):
@@ -38,41 +58,66 @@ class Spot(NamedTuple):
 
 
 def spot(data: bytes, offset: int) -> Spot:
-    """The path of the value (or the key) that byte ``offset`` of one JSON document belongs to."""
-    # A frame per open container: [is an object, its current key or index, a key is due].
-    stack: list[list[object]] = []
-    for m in _TOKEN.finditer(data):
-        if m.start() > offset:
+    """The path of the value (or the key) that byte ``offset`` of one JSON document belongs to.
+
+    Best effort on a document that is broken: the path of the deepest container read."""
+    # Invalid bytes become lone surrogates (one character each): offsets stay comparable.
+    text = data.decode("utf-8", "surrogateescape")
+    at = len(data[:offset].decode("utf-8", "surrogateescape"))
+    path = ["$"]
+    pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    while pos < len(text) and pos <= at and text[pos] in "{[" and len(path) <= MAX_DEPTH:
+        inner = _member_holding(text, pos, at, path)
+        if isinstance(inner, Spot):
+            return inner
+        if inner is None:
             break
-        token = m.group()
-        first = token[:1]
-        holds = offset < m.end()
-        if first == b'"':
-            top = stack[-1] if stack else None
-            if top is not None and top[0] and top[2]:
-                top[1] = token
-                if holds:
-                    return Spot(_render(stack), True)
-            elif holds:
-                break
-        elif holds:
-            break  # the byte is in this container's bracket or in a number: the value's own path
-        elif first in b"{[":
-            stack.append([first == b"{", None if first == b"{" else 0, first == b"{"])
-        elif first in b"}]":
-            if stack:
-                stack.pop()
-        elif first == b",":
-            if stack:
-                top = stack[-1]
-                if top[0]:
-                    top[1], top[2] = None, True
-                else:
-                    top[1] = int(top[1]) + 1  # type: ignore[call-overload]
-        elif first == b":":
-            if stack and stack[-1][0]:
-                stack[-1][2] = False
-    return Spot(_render(stack), False)
+        pos = inner
+    return Spot("".join(path), False)
+
+
+def _member_holding(text: str, pos: int, at: int, path: list[str]) -> int | Spot | None:
+    """In the object or array starting at ``pos``: the start of the member value that holds
+    ``at`` (its key or index appended to ``path``), a :class:`Spot` when ``at`` is in a key,
+    or None when ``at`` is in the container's own punctuation or past a break."""
+    is_object = text[pos] == "{"
+    index = 0
+    pos = _skip_ws(text, pos + 1)
+    while pos < len(text) and pos <= at and text[pos] not in "}]":
+        if is_object:
+            if text[pos] != '"':
+                return None
+            try:
+                key, end = _scanstring(text, pos + 1, False)
+            except ValueError:  # unterminated, or a broken escape: the key holds the byte, or nothing does
+                return Spot("".join(path) + _key(text[pos + 1 : at + 1]), True)
+            if at < end:
+                return Spot("".join(path) + _key(key), True)
+            pos = _skip_ws(text, end)
+            if pos >= len(text) or text[pos] != ":":
+                return None
+            pos = _skip_ws(text, pos + 1)
+            step = _key(key)
+        else:
+            step = f"[{index}]"
+        if at < pos:
+            return None
+        try:
+            _, end = _SKIPPER.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            end = len(text) + 1  # a broken value (or one nested too deep to skip): it may hold the byte
+        if at < end:
+            path.append(step)
+            return pos if text[pos] in "{[" else Spot("".join(path), False)
+        pos = _skip_ws(text, end)
+        if pos < len(text) and text[pos] == ",":
+            pos = _skip_ws(text, pos + 1)
+        index += 1
+    return None
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    return _WS.match(text, pos).end()  # type: ignore[union-attr]
 
 
 def byte_of(message: str) -> int | None:
@@ -81,44 +126,56 @@ def byte_of(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def lone_surrogate(data: bytes) -> int | None:
+    """The offset of the first ``\\u`` escape of half a UTF-16 surrogate pair (``"\\ud800"``):
+    JSON text that names no character, which msgspec refuses without saying where when it
+    sits in an ignored field."""
+    paired_to = -1
+    for m in _SURROGATE.finditer(data):
+        at = m.start()
+        if at < paired_to:
+            continue  # the low half of a pair already read
+        before = at
+        while before > 0 and data[before - 1] == 0x5C:  # the backslashes before this one
+            before -= 1
+        if (at - before) % 2:
+            continue  # an escaped backslash followed by the letters "ud800": plain text
+        unit = int(m.group()[2:], 16)
+        if unit >= 0xDC00:
+            return at  # a low half with no high half before it
+        low = _SURROGATE.match(data, m.end())
+        if low is None or int(low.group()[2:], 16) < 0xDC00:
+            return at  # a high half with no low half after it
+        paired_to = low.end()
+    return None
+
+
 def unreadable_number(data: bytes, reported: str) -> str | None:
     """The path of the first number in ``data`` msgspec cannot hold (a float beyond the
     double's range, an integer of more digits than Python reads) whose path fits the one
     msgspec ``reported`` (``$.request.params[...]``: ``[...]`` is an object key it leaves out)."""
     head = reported.split("[...]", 1)[0]
-    for m in _TOKEN.finditer(data):
-        token = m.group()
-        if token[:1] not in b"-0123456789" or not _unreadable(token):
+    starts: set[int] = set()
+    for m in _BIG_EXPONENT.finditer(data):
+        starts.add(_number_start(data, m.start()))
+    for m in _LONG_INT.finditer(data):
+        starts.add(_number_start(data, m.start()))
+    for start in sorted(starts):
+        end = start
+        while end < len(data) and data[end] in _NUMBER_CHARS:
+            end += 1
+        if not _unreadable(data[start:end]):
             continue
-        path = spot(data, m.start()).path
+        path = spot(data, start).path
         if path.startswith(head) and (path == reported or "[...]" in reported):
             return path
     return None
 
 
-def lone_surrogate(data: bytes) -> int | None:
-    """The offset of the first ``\\u`` escape of half a UTF-16 surrogate pair (``"\\ud800"``):
-    JSON text that names no character, which msgspec refuses without saying where when it
-    sits in an ignored field."""
-    for m in _TOKEN.finditer(data):
-        token = m.group()
-        if token[:1] != b'"' or b"\\u" not in token:
-            continue
-        pending: tuple[int, int] | None = None  # a high half waiting for its low half
-        for e in _ESCAPE.finditer(token):
-            unit = int(e.group(1), 16) if e.group(1) else -1
-            if pending is not None:
-                if 0xDC00 <= unit <= 0xDFFF and e.start() == pending[1]:
-                    pending = None
-                    continue
-                return m.start() + pending[0]
-            if 0xD800 <= unit <= 0xDBFF:
-                pending = (e.start(), e.end())
-            elif 0xDC00 <= unit <= 0xDFFF:
-                return m.start() + e.start()
-        if pending is not None:
-            return m.start() + pending[0]
-    return None
+def _number_start(data: bytes, at: int) -> int:
+    while at > 0 and data[at - 1] in _NUMBER_CHARS:
+        at -= 1
+    return at
 
 
 def _unreadable(token: bytes) -> bool:
@@ -130,22 +187,16 @@ def _unreadable(token: bytes) -> bool:
     return len(token.lstrip(b"-")) > _MAX_DIGITS
 
 
-def _render(stack: list[list[object]]) -> str:
-    parts = ["$"]
-    for is_object, key, _ in stack:
-        if not is_object:
-            parts.append(f"[{key}]")
-        elif isinstance(key, bytes):
-            parts.append(_key(key))
-    return "".join(parts)
-
-
-def _key(token: bytes) -> str:
-    raw = token[1:-1] if len(token) > 1 and token.endswith(b'"') else token[1:]
-    try:
-        name = msgspec.json.decode(b'"' + raw + b'"')
-    except msgspec.DecodeError:  # invalid UTF-8 or a bad escape: its bytes shown escaped, once
-        return f'["{raw.decode("utf-8", "backslashreplace")}"]'
-    if isinstance(name, str) and _BARE.fullmatch(name):
+def _key(name: str) -> str:
+    if _BARE.fullmatch(name):
         return f".{name}"
-    return f"[{msgspec.json.encode(name).decode()}]"
+    try:
+        return f"[{msgspec.json.encode(name).decode()}]"
+    except UnicodeEncodeError:  # a bad byte (kept as a lone surrogate) or half a pair: shown escaped
+        shown = "".join(
+            c if not 0xD800 <= ord(c) <= 0xDFFF
+            else f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+            else f"\\u{ord(c):04x}"
+            for c in name
+        )
+        return f'["{shown}"]'
