@@ -26,7 +26,7 @@ import msgspec
 
 _WS = re.compile(r"[ \t\n\r]*")
 #: The deepest path followed (the tap refuses nesting past 64 levels anyway).
-MAX_DEPTH = 256
+MAX_DEPTH = 72
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BYTE = re.compile(r"\(byte (\d+)\)")
 #: A ``\u`` escape of a UTF-16 surrogate (its literal prefix keeps the search fast).

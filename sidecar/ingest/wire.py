@@ -141,8 +141,8 @@ def decode_batch(body: bytes, content_type: str = "") -> list[tuple[str, Exchang
     or with invalid UTF-8 (:func:`check_utf8`), even inside a field that would be
     ignored, is a :class:`DecodeError` too.
     """
-    check_utf8(body, content_type)
     try:
+        check_utf8(body, content_type)
         return _decode_batch(body, content_type)
     except RecursionError:
         raise DecodeError(_TOO_DEEP, "$") from None
@@ -184,7 +184,10 @@ def _looks_ndjson(body: bytes, content_type: str) -> bool:
     if "ndjson" in content_type or "jsonl" in content_type:
         return True
     stripped = body.strip()
-    return b"\n" in stripped and _first_line_is_json(stripped.decode("utf-8", "replace").encode())
+    try:
+        return b"\n" in stripped and _first_line_is_json(stripped.decode("utf-8", "replace").encode())
+    except RecursionError:  # a first line nested past the decoder: not one it reads line by line
+        return False
 
 
 def _where(exc: msgspec.DecodeError, data: bytes) -> tuple[str, str | None]:
