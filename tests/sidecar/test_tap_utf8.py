@@ -122,4 +122,4 @@ async def test_the_tap_refuses_a_corrupted_params_key_with_400_naming_it(tmp_pat
 def test_invalid_utf8_under_deep_nesting_is_a_refusal_not_a_crash(depth: int) -> None:
     """Found by the fuzz: the UTF-8 check ran outside the decoder's recursion guard (a 500)."""
     error = refusal(b"[" * depth + b'{"a": "\xff"}' + b"]" * depth + b"\n{}")
-    assert error.path is not None and error.path.startswith("$[0][0]") and "invalid UTF-8" in str(error)
+    assert error.path is not None and "$[0][0]" in error.path and "invalid UTF-8" in str(error)
