@@ -53,7 +53,7 @@ from sidecar.auth.verify import Verifier
 from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER
 from sidecar.runtime import RUNTIME, Runtime
 from sidecar.ingest.intake import ingest, offer
-from sidecar.ingest.wire import DecodeError, encode
+from sidecar.ingest.wire import DecodeError, check_utf8, encode
 from sidecar.integrations import litellm_webhook
 from sidecar.trials.create import MAX_NAME_CHARS, NAME_RULE
 
@@ -221,6 +221,7 @@ async def post_litellm(request: web.Request) -> web.StreamResponse:
     if isinstance(body, web.StreamResponse):
         return body
     try:
+        check_utf8(body, request.content_type)  # naming where, as for exchanges
         batch = litellm_webhook.exchanges_from_body(body, request.content_type, team=team, gateway=gateway)
     except DecodeError as exc:
         rt.counters["tap_rejected_malformed"] += 1

@@ -10,17 +10,20 @@ from typing import Sequence
 
 import msgspec
 
+from sidecar.ingest import wide_ints
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.wire import Exchange
 
 ENCODER = msgspec.msgpack.Encoder()
-DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]])
+DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, Exchange, bool]], ext_hook=wide_ints.ext_hook)
 #: The forwarder's last message: everything queued has been sent.
 END = b""
 
 
 def encode_claims(claims: Sequence[Claim]) -> bytes:
-    return ENCODER.encode([(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims])
+    """The claims as one pipe message. An integer wider than msgpack's 64 bits (JSON has no
+    bound; ``"seed": 2**64`` is valid) travels as an extension value (:mod:`sidecar.ingest.wide_ints`)."""
+    return wide_ints.encode(ENCODER.encode, [(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims], 2)
 
 
 def decode_claims(data: bytes) -> list[Claim]:

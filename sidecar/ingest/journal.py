@@ -52,6 +52,7 @@ import msgspec
 
 from sidecar.ingest.claims import Claim
 from sidecar.errors import StartupError
+from sidecar.ingest import wide_ints
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 from sidecar.seal import Sealer, UnsealError
 
@@ -64,9 +65,10 @@ _LEN = struct.Struct("<I")
 _ENCODER = msgspec.msgpack.Encoder()
 #: A claims record: (number, trial id, exchange id, the exchange; its sealed msgpack with a
 #: retention key; or None when its content is not kept). It is a msgpack array, so its first
-#: byte is never one of the markers below.
-_DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, Exchange | bytes | None]])
-_EXCHANGE = msgspec.msgpack.Decoder(Exchange)
+#: byte is never one of the markers below. An integer wider than msgpack's 64 bits travels as
+#: an extension value (:mod:`sidecar.ingest.wide_ints`), sealed or not.
+_DECODER = msgspec.msgpack.Decoder(list[tuple[int, str, str, Exchange | bytes | None]], ext_hook=wide_ints.ext_hook)
+_EXCHANGE = msgspec.msgpack.Decoder(Exchange, ext_hook=wide_ints.ext_hook)
 #: A segment's first record: the life (one :meth:`Journal.open`) that numbered its claims.
 _LIFE = b"\x03"
 _LIFE_BYTES = 16
@@ -224,11 +226,12 @@ class Journal:
 
     def _write_locked(self, claims: Sequence[Claim]) -> None:
         free = self._content_free
-        body = _ENCODER.encode([
+        # An integer wider than msgpack's 64 bits is written as an extension value (sidecar.ingest.wide_ints).
+        body = wide_ints.encode(_ENCODER.encode, [
             (c.seq, c.trial_id, c.exchange.exchange_id,
              None if (c.trial_id in free or not c.content_kept) else self._content(c))
             for c in claims
-        ])
+        ], 3)
         self._append_locked(body)
         self._last_in_current = max(self._last_in_current, claims[-1].seq)
         if self._current_since is None:
@@ -240,7 +243,11 @@ class Journal:
         if self._sealer is None:
             return claim.exchange
         ex = claim.exchange
-        return self._sealer.seal(_ENCODER.encode(ex), team=_aad_team(claim.trial_id), exchange_id=ex.exchange_id)
+        try:
+            plain = _ENCODER.encode(ex)
+        except OverflowError:  # an integer wider than msgpack's 64 bits, as an extension value
+            plain = _ENCODER.encode(wide_ints.widen(ex))
+        return self._sealer.seal(plain, team=_aad_team(claim.trial_id), exchange_id=ex.exchange_id)
 
     def _append_locked(self, body: bytes) -> None:
         record = _LEN.pack(len(body)) + body

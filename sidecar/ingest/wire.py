@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from sidecar.ingest import locate
+
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
     input_tokens: int | None = None
@@ -136,15 +138,73 @@ def decode_batch(body: bytes, content_type: str = "") -> list[tuple[str, Exchang
     failing that, by a body that is neither an object nor an array as a whole.
     Raises :class:`DecodeError` naming the first bad field; a body nested deeper
     than the decoder follows (Python's recursion limit, about a thousand levels),
-    even inside a field that would be ignored, is a :class:`DecodeError` too.
+    or with invalid UTF-8 (:func:`check_utf8`), even inside a field that would be
+    ignored, is a :class:`DecodeError` too.
     """
     try:
+        check_utf8(body, content_type)
         return _decode_batch(body, content_type)
     except RecursionError:
         raise DecodeError(_TOO_DEEP, "$") from None
 
 
 _TOO_DEEP = "JSON nested too deeply to decode"
+
+
+def check_utf8(body: bytes, content_type: str = "") -> None:
+    """Raise :class:`DecodeError` naming where, when ``body`` is not UTF-8 (RFC 8259 section 8.1).
+
+    msgspec checks the strings it keeps only: invalid UTF-8 in an ignored field, or in the
+    key of a known one (a corrupted ``params`` key reads as an unknown field, and the
+    parameters would silently be dropped), would otherwise pass. The path is that of the
+    key or the value holding the first bad byte, its line's for NDJSON."""
+    if body.isascii():
+        return
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    else:
+        return
+    where, data, at = "", body, bad
+    if _looks_ndjson(body, content_type):
+        start = 0
+        for lineno, line in enumerate(body.splitlines(keepends=True), start=1):
+            if start + len(line) > bad:
+                where, data, at = f"line {lineno}: ", line, bad - start
+                break
+            start += len(line)
+    spot = locate.spot(data, at)
+    what = " in an object key" if spot.in_key else ""
+    raise DecodeError(f"{where}invalid UTF-8{what} (byte {bad})", f"{where}{spot.path}")
+
+
+def _looks_ndjson(body: bytes, content_type: str) -> bool:
+    """Whether :func:`decode_batch` reads ``body`` line by line (its bad bytes aside)."""
+    if "ndjson" in content_type or "jsonl" in content_type:
+        return True
+    stripped = body.strip()
+    try:
+        return b"\n" in stripped and _first_line_is_json(stripped.decode("utf-8", "replace").encode())
+    except RecursionError:  # a first line nested past the decoder: not one it reads line by line
+        return False
+
+
+def _where(exc: msgspec.DecodeError, data: bytes) -> tuple[str, str | None]:
+    """A msgspec error's message and the path of the bad field, found in ``data`` when msgspec
+    gives only a byte (a malformed document) or leaves an object key out (``params[...]``)."""
+    message, path = split_path(str(exc))
+    if path is None:
+        at = locate.byte_of(message)
+        if at is None:  # half a surrogate pair in an ignored field reads "Input data was truncated"
+            at = locate.lone_surrogate(data)
+            if at is not None:
+                message = f"JSON is malformed: an unpaired UTF-16 surrogate escape (byte {at})"
+        if at is not None:
+            path = locate.spot(data, at).path
+    elif "[...]" in path and "out of range" in message:
+        path = locate.unreadable_number(data, path) or path
+    return message, path
 
 
 def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
@@ -162,11 +222,11 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
             # decoder reaches the second document; read it line by line so the error names
             # the line. A pretty-printed single object does not parse line by line.
             if stripped[:1] == b"[" or b"\n" not in stripped.rstrip() or not _first_line_is_json(stripped):
-                msg, path = split_path(str(exc))
+                msg, path = _where(exc, body)
                 raise DecodeError(msg, path) from exc
         except msgspec.DecodeError as exc:
             if b"\n" not in stripped.rstrip():
-                raise DecodeError(str(exc), None) from exc
+                raise DecodeError(*_where(exc, body)) from exc
             # Several JSON documents on several lines: NDJSON without the header.
     out: list[tuple[str, Exchange]] = []
     for lineno, line in enumerate(body.splitlines(), start=1):
@@ -176,7 +236,7 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
         try:
             out.append((f"{where}$", _one.decode(line)))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            msg, path = split_path(str(exc))
+            msg, path = _where(exc, line)
             raise DecodeError(f"{where}{msg}", f"{where}{path or '$'}") from exc
         except RecursionError:
             raise DecodeError(f"{where}{_TOO_DEEP}", f"{where}$") from None

@@ -1,4 +1,4 @@
-"""A property-based fuzz of the admin API (issue 8's must-show, admin half).
+"""A property-based fuzz of the admin API (issue 8's must-show, admin half; extended by issue 21).
 
 Thousands of generated requests — create bodies with extreme, mistyped, unknown and missing
 fields, bodies that are not JSON at all, odd ``Idempotency-Key`` and ``Content-Encoding``
@@ -11,6 +11,11 @@ headers, list queries, trial ids and paths, methods — go to one real sidecar o
 * every trial created holds only values inside their documented ranges;
 * the sidecar is alive and ready at the end.
 
+Issue 21 adds create bodies carrying one hostile value each — integers wider than 64 bits or
+with more digits than Python reads, nesting up to thousands deep, invalid UTF-8 in a key or a
+value, NaN and Infinity literals, strings of up to 256 KiB — counted by kind, none taken as a
+trial; and runs the examples twice: the second run's peak RSS stays within 10% of the first's.
+
 Deterministic (``derandomize=True``, no example database) and bounded: the examples are
 fixed in number, each one a single request.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,11 +38,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sidecar.config import MAX_TOKENS
+from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes
 from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD, MIN_TOLERANCE, STATUSES, JudgeIn, TrialCreate
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
 
-EXAMPLES = 2_400
+#: Examples per run; the run is made twice (the same examples: derandomized).
+EXAMPLES = 1_200
+RUNS = 2
 MIN_EXAMPLES = 2_000
+#: The second run's peak RSS may exceed the first's by this share at most (issue 21, item 7).
+PEAK_GROWTH = 0.10
 
 # -- values ---------------------------------------------------------------------------------------
 
@@ -131,6 +142,51 @@ RAW_BODIES = [
 raw_bodies = st.one_of(st.sampled_from(RAW_BODIES), st.binary(max_size=64))
 
 
+# -- hostile values (issue 21) ------------------------------------------------------------------------
+
+_MARK = re.compile(rb'"__(deep|bad|digits)_(\d+)__"')
+
+
+def _unmark(text: bytes) -> bytes:
+    """Markers json.dumps cannot write: nesting thousands deep, invalid text, a 4,301-digit integer."""
+
+    def one(m: re.Match[bytes]) -> bytes:
+        n = int(m.group(2))
+        if m.group(1) == b"deep":
+            return b"[" * n + b"]" * n
+        if m.group(1) == b"bad":
+            return BAD_TEXT[n % len(BAD_TEXT)]
+        return b"9" * n
+
+    return _MARK.sub(one, text)
+
+
+HOSTILE_KINDS: dict[str, st.SearchStrategy[Any]] = {
+    "wide": st.one_of(st.integers(2**64, 2**300), st.integers(-(2**300), -(2**63) - 1),
+                      st.sampled_from([2**64, -(2**63) - 1, int("9" * 4300), "__digits_4301__"])),
+    "deep": st.sampled_from([10, 64, 65, 200, 990, 1_000, 5_000]).map(lambda n: f"__deep_{n}__"),
+    "bad_text": st.integers(0, 255).map(lambda i: f"__bad_{i}__"),
+    "nonfinite": st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+    "huge_text": st.sampled_from([2**12, 2**16, 2**18]).map(lambda n: "h" * n),
+}
+
+
+@st.composite
+def hostile_create_requests(draw: st.DrawFn) -> Req:
+    """A create body with one hostile value in a field (or an unknown one), or a corrupted key."""
+    body = draw(create_bodies())
+    kind = draw(st.sampled_from([*HOSTILE_KINDS, "bad_key"]))
+    name = draw(st.sampled_from([*FIELD_VALUES, "team", "spend_cap_usd", "unknown_field"]))
+    if kind == "bad_key":
+        body[f"__bad_{draw(st.integers(0, 255))}__"] = body.pop(name, 1)
+    elif name in ("judge", "candidate_price") and draw(st.booleans()):  # one level down
+        body[name] = {draw(st.sampled_from(["model", "input_per_mtok_usd", "x"])): draw(HOSTILE_KINDS[kind])}
+    else:
+        body[name] = draw(HOSTILE_KINDS[kind])
+    raw = _unmark(json.dumps(body).encode())
+    return Req("POST", "/v1/trials", raw, draw(headers()), kind=kind)
+
+
 # -- requests -----------------------------------------------------------------------------------------
 
 def _field_value(value: bytes) -> bool:
@@ -172,6 +228,8 @@ class Req(msgspec.Struct):
     #: "query" (a parameter: one of ``params`` when they are known), or "" (no field need be at fault).
     fault: str = ""
     params: list[str] = []
+    #: The kind of hostile value in it (issue 21), if any.
+    kind: str = ""
 
 
 @st.composite
@@ -218,7 +276,8 @@ def other_requests(draw: st.DrawFn) -> Req:
     return Req(draw(st.sampled_from(["GET", "POST"])), path)
 
 
-requests = st.one_of(create_requests(), create_requests(), create_requests(), list_requests(), other_requests())
+requests = st.one_of(create_requests(), create_requests(), create_requests(), list_requests(), other_requests(),
+                     hostile_create_requests())
 
 
 # -- the properties ---------------------------------------------------------------------------------
@@ -235,6 +294,12 @@ def check_created(view: dict[str, Any]) -> None:
 def check(req: Req, r: httpx.Response, stats: Counter[str]) -> None:
     stats[f"{r.status_code // 100}xx"] += 1
     assert r.status_code < 500, (req, r.status_code, r.text[:500])
+    if req.kind:
+        stats[f"hostile:{req.kind}:{r.status_code}"] += 1
+        if req.kind in ("bad_text", "bad_key", "nonfinite") or (req.kind == "deep" and b"[" * 65 in (req.body or b"")):
+            assert r.status_code >= 400, (req, r.status_code, r.text[:500])  # never a trial
+        if r.status_code == 400:
+            stats[f"hostile:{req.kind}:field_named"] += isinstance(r.json()["error"]["field"], str)
     if req.method == "HEAD":
         return
     if r.status_code < 400:
@@ -268,6 +333,8 @@ def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     harness = Harness(tmp_path, extra='[models.unpriced-model]\nprovider = "local"\n')
     loop.run_until_complete(harness.__aenter__())
     stats: Counter[str] = Counter()
+    peaks: list[int] = []
+    rss: list[int] = [rss_bytes()]
     try:
         assert harness.sidecar
         client = httpx.AsyncClient(base_url=harness.sidecar.admin_url, timeout=30.0)
@@ -284,12 +351,22 @@ def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
         started = time.monotonic()
         try:
-            one_request()
+            for _ in range(RUNS):  # the same examples each run (derandomized)
+                reset_peak()
+                one_request()
+                peaks.append(peak_rss())
+                rss.append(rss_bytes())
         finally:
             elapsed = time.monotonic() - started
+            mib = [round(x / 2**20, 1) for x in peaks]
             with capsys.disabled():
-                print(f"\nadmin fuzz: {stats['examples']} examples in {elapsed:.1f} s; "
-                      + ", ".join(f"{k} {n}" for k, n in sorted(stats.items()) if k != "examples"))
+                print(f"\nadmin fuzz: {stats['examples']} examples in {elapsed:.1f} s ({RUNS} runs); "
+                      + ", ".join(f"{k} {n}" for k, n in sorted(stats.items()) if k != "examples"
+                                  and not k.startswith("hostile:")))
+                print("  hostile create bodies (kind:status or kind:field_named n): "
+                      + ", ".join(f"{k[8:]} {n}" for k, n in sorted(stats.items()) if k.startswith("hostile:")))
+                print(f"  RSS MiB: before {round(rss[0] / 2**20, 1)}; peak per run {mib}; "
+                      f"after each run {[round(x / 2**20, 1) for x in rss[1:]]}")
         assert stats["examples"] >= MIN_EXAMPLES
 
         async def alive() -> None:
@@ -301,6 +378,9 @@ def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert harness.runtime.ready
         # Every kind of answer was exercised, refusals and creations alike.
         assert stats["created"] > 0 and stats["4xx"] > stats["created"], stats
+        assert all(any(k.startswith(f"hostile:{kind}:") for k in stats) for kind in [*HOSTILE_KINDS, "bad_key"]), stats
+        # Item 7: a second identical run does not raise the peak by more than 10%.
+        assert peaks[1] <= peaks[0] * (1 + PEAK_GROWTH), mib
         loop.run_until_complete(client.aclose())
     finally:
         loop.run_until_complete(harness.__aexit__(None, None, None))
