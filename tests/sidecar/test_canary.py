@@ -87,7 +87,7 @@ async def test_a_retention_on_teams_content_is_sealed_in_every_file_at_rest(tmp_
     import os
 
     from tests.harness import wait_for
-    from tests.sidecar.test_replay import KEY_ENV, WINDOW
+    from tests.sidecar.services.test_replay import KEY_ENV, WINDOW
 
     key = base64.urlsafe_b64encode(os.urandom(32)).decode()
     models = {INCUMBENT: FakeModel(), CANDIDATE: FakeModel(quality=0.6, latency_ms=(20.0, 40.0), rate_500=0.05),
@@ -143,7 +143,7 @@ async def test_the_forwarders_journal_is_sealed_too(tmp_path: Path) -> None:
     import os
     import sqlite3
 
-    from tests.sidecar.test_replay import KEY_ENV
+    from tests.sidecar.services.test_replay import KEY_ENV
     from tests.uplink.kit import UplinkKit
     from tests.uplink.test_control_plane_e2e import TEAM_POSTURE, sidecar_toml
 

@@ -28,7 +28,7 @@ from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import Subject
 from sidecar.store.records import CaseFinish, OutboxRecord
 from tests.harness import Harness, default_models, exchange, wait_for, write_config
-from tests.sidecar.test_replay import replay as replay_trial
+from tests.sidecar.services.test_replay import replay as replay_trial
 from tests.sidecar.workers_kit import FAST, HOLD, Fault, fail_once, restarted
 from tests.uplink.kit import UplinkKit
 
@@ -370,9 +370,9 @@ async def test_the_outbox_forwarder_dying_counts_the_batch_it_held_and_runs_agai
     forwarder takes the next batch."""
     import msgspec
 
-    import sidecar.forwarder as forwarder_module
+    import sidecar.export.forwarder as forwarder_module
     from sidecar.engine.engine import Claim
-    from sidecar.forwarder import Forwarder
+    from sidecar.export.forwarder import Forwarder
     from sidecar.ingest.funnel import FunnelCounter
     from sidecar.ingest.routing import RoutingTable
     from sidecar.ingest.wire import Exchange

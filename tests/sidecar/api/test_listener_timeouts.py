@@ -20,11 +20,11 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import load_config
 from sidecar.errors import ConfigError
 from tests.harness import CANDIDATE, INCUMBENT, Harness, wait_for
-from tests.sidecar.raw_http import connect, json_error, paced, read_until_closed, status_of
+from tests.sidecar.api.raw_http import connect, json_error, paced, read_until_closed, status_of
 from tests.uplink.kit import UplinkKit
 
 #: The configured bounds (seconds) and how long a test waits for the server to act on them.

@@ -19,7 +19,7 @@ import pytest
 
 from sidecar.api.listener import RefusalLog, describe
 from tests.harness import Harness
-from tests.sidecar.raw_http import exchange, json_error, status_of
+from tests.sidecar.api.raw_http import exchange, json_error, status_of
 from tests.uplink.kit import UplinkKit
 
 TAP_TOKEN = "tap-canary-5f0c2e9a7b1d4c8e9f3a6b2d"

@@ -16,14 +16,14 @@ import asyncio
 from pathlib import Path
 from typing import Any, Mapping, cast
 
-from sidecar.corpus.runner import CorpusRunner, RunnerSettings
+from sidecar.collector.corpus.runner import CorpusRunner, RunnerSettings
 from sidecar.demo.fake_provider import FakeProvider
 from sidecar.engine.parts import open_providers, price_book, resolver
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
 from sidecar.store.base import Store
 from sidecar.store.corpus_run_records import RunRecord
 from tests.harness import wait_for
-from tests.sidecar.runs_kit import Api, collector_toml, config_of, group_body, open_collector, planted_models, start_group
+from tests.sidecar.collector.corpus.runs_kit import Api, collector_toml, config_of, group_body, open_collector, planted_models, start_group
 
 
 class HeldProvider:

@@ -12,11 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sidecar.collector_server import CollectorServer
+from sidecar.collector.server import CollectorServer
 from sidecar.config import load_config
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import default_models, wait_for
-from tests.sidecar.runs_kit import collector_toml
+from tests.sidecar.collector.corpus.runs_kit import collector_toml
 from tests.sidecar.workers_kit import FAST, fail_once, restarted
 
 

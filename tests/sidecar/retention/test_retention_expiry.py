@@ -15,7 +15,7 @@ import msgspec
 
 from sidecar.config import RetentionConfig
 from sidecar.engine.engine import Claim
-from sidecar.engine.handoff import Handoff
+from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.wire import Exchange
 from sidecar.retention.replay import ReplayFeeder
 from sidecar.seal import Sealer
@@ -24,7 +24,7 @@ from sidecar.store import make_store
 from sidecar.store.records import RetainedSelection
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange, wait_for
 from tests.store.factories import trial
-from tests.sidecar.test_replay import KEY_ENV, WINDOW
+from tests.sidecar.services.test_replay import KEY_ENV, WINDOW
 
 ALL = RetainedSelection(team="team-a", served_from=0.0, served_to=1e12)
 
