@@ -425,3 +425,44 @@ async def test_a_resolved_watch_is_re_armed_and_fires_again_on_a_second_drop(tmp
         print(f"\nwatch {wid}: fired, resolved (period 2 from {resolved_at:.3f}); no alarm over {steady} steady "
               f"judged cases; second alert {second} {took} judged cases after the second drop")
         assert 1 <= took <= 40
+
+
+async def test_the_next_period_is_designed_for_the_promotions_upper_bound_by_todays_rule(tmp_path: Path) -> None:
+    """A watch promoted under the old rule (a baseline of 0.01 for a trial that saw no incumbent
+    win, issue 23 item 4) gets the honest 95% upper bound of its promotion's evidence when its
+    alert is resolved: the period that fired never sets the baseline."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from policies import cusum
+    from policies.roles import Principal
+    from sidecar.services.watches import WatchService
+    from sidecar.store import make_store
+    from sidecar.store.watch_records import WatchStep
+    from tests.store.factories import finish, start, trial
+    from tests.store.test_watch_conformance import PROMOTABLE, watch_rows
+
+    store = make_store(str(tmp_path / "store.db"))
+    await store.open()
+    try:
+        await store.create_trial(trial("t1"))
+        p, w, day = watch_rows()
+        old = cusum.design(0.01, min_judged=5)
+        evidence = {"decisive_primary_judgments": {"incumbent_wins": 0, "candidate_wins": 36}}
+        assert (await store.promote(dataclasses.replace(p, evidence_json=json.dumps(evidence)),
+                                    dataclasses.replace(w, baseline=0.01, design_json=json.dumps(old.to_dict())),
+                                    day, promotable=PROMOTABLE)).created
+        for i in range(8):
+            assert await store.claim_case(start(f"c{i}", day.id)) == "claimed"
+            await store.finish_case(finish(f"c{i}", day.id, effects=(WatchStep("wa1", f"c{i}", "old_wins", 3000.0 + i),)),
+                                    "A")
+        rt = SimpleNamespace(store=store, clock=lambda: 4000.0, config=SimpleNamespace(uplink=SimpleNamespace(enabled=False)))
+        service = WatchService(rt)  # type: ignore[arg-type]
+        resolved = await service.move_alert(Principal.of("carol", ["platform_admin"], []), "wa1.alert", "resolved")
+        assert resolved["status"] == "resolved" and resolved["period"] == 1
+        armed = await store.get_watch("wa1")
+        honest = cusum.baseline_from_promotion(0, 36)
+        assert armed is not None and armed.period == 2 and armed.baseline == honest > 0.01
+        assert cusum.CusumDesign.from_dict(json.loads(armed.design_json)) == cusum.design(honest, min_judged=5)
+    finally:
+        await store.close()
