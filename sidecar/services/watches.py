@@ -2,8 +2,9 @@
 
 Watches are born only by promotion (:mod:`sidecar.services.promotion`). Here: read and
 stop them, read alerts and move them (``firing`` → ``acknowledged`` → ``resolved``, or
-``firing`` → ``resolved``; resolving re-arms the watch's detector for a new period), and assemble ``/v1/live`` (firing alerts first, then the
-tiles) and ``/v1/results`` (``traffic`` and ``corpus``, two lists never interleaved).
+``firing`` → ``resolved``; resolving re-arms the watch's detector for a new period), and
+assemble ``/v1/live`` (firing alerts first, then the tiles) and ``/v1/results``
+(``traffic`` and ``corpus``, two lists never interleaved).
 Isolation as for trials (:mod:`sidecar.services.access`): another team's watch or alert
 is ``404`` with the message a missing one gets.
 """
