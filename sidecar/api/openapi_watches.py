@@ -41,19 +41,25 @@ def watch_paths(promote_schema: dict[str, Any], errors: Callable[..., dict[str, 
                      "responses": errors(405)},
         },
         "/v1/watches/{watch_id}": {"get": {
-            "summary": "A watch: judged cases, old-model win rate, detector statistic and threshold, spend today",
+            "summary": "A watch: its detector period, that period's judged cases, old-model win rate, detector "
+                       "statistic and threshold and alert, spend today",
             "parameters": path("watch_id"), "responses": {"200": {"description": "watch"}, **errors(404)}}},
         "/v1/watches/{watch_id}/stop": {"post": {
             "summary": "Stop a watch", "parameters": path("watch_id"),
             "responses": {"200": {"description": "watch"}, **errors(403, 404, 409)}}},
         "/v1/alerts": {"get": {
-            "summary": "Alerts, firing first", "parameters": [query("status", ["firing", "acknowledged", "resolved"])],
+            "summary": "Alerts, firing first; each with its watch's detector period (past periods' resolved "
+                       "alerts are listed too)", "parameters": [query("status", ["firing", "acknowledged", "resolved"])],
             "responses": {"200": {"description": "alerts"}, **errors(400)}}},
         "/v1/alerts/{alert_id}/ack": {"post": {
             "summary": "Acknowledge a firing alert", "parameters": path("alert_id"),
             "responses": {"200": {"description": "alert"}, **errors(403, 404, 409)}}},
         "/v1/alerts/{alert_id}/resolve": {"post": {
-            "summary": "Resolve a firing or acknowledged alert", "parameters": path("alert_id"),
+            "summary": "Resolve a firing or acknowledged alert",
+            "description": "Resolving re-arms the alert's watch (if active): a new detector period starts now from "
+                           "a zero state, with the baseline of the promotion's evidence; its alarm is a new alert "
+                           "<watch id>.alert.<period>.",
+            "parameters": path("alert_id"),
             "responses": {"200": {"description": "alert"}, **errors(403, 404, 409)}}},
         "/v1/results": {"get": {
             "summary": "Results in two lists never interleaved: traffic (trials, replay trials) and corpus "

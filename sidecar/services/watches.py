@@ -2,8 +2,9 @@
 
 Watches are born only by promotion (:mod:`sidecar.services.promotion`). Here: read and
 stop them, read alerts and move them (``firing`` → ``acknowledged`` → ``resolved``, or
-``firing`` → ``resolved``), and assemble ``/v1/live`` (firing alerts first, then the
-tiles) and ``/v1/results`` (``traffic`` and ``corpus``, two lists never interleaved).
+``firing`` → ``resolved``; resolving re-arms the watch's detector for a new period), and
+assemble ``/v1/live`` (firing alerts first, then the tiles) and ``/v1/results``
+(``traffic`` and ``corpus``, two lists never interleaved).
 Isolation as for trials (:mod:`sidecar.services.access`): another team's watch or alert
 is ``404`` with the message a missing one gets.
 """
@@ -22,9 +23,9 @@ from sidecar.services.views import list_item, live_item, spend_totals_view
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.runtime import Runtime
 from sidecar.services.access import require, visible
-from sidecar.store.records import OutboxRecord
+from sidecar.store.watch_logic import alert_id as period_alert_id
+from sidecar.store.watch_logic import alert_outbox
 from sidecar.store.watch_records import AlertRow, WatchRecord
-from uplink.schema import AlertRecord, encode_record
 
 DAY_S = 86_400.0
 
@@ -42,7 +43,8 @@ def _no_alert(alert_id: str) -> str:
 
 def alert_view(a: AlertRow) -> dict[str, Any]:
     return {
-        "id": a.id, "watch_id": a.watch_id, "team": a.team, "status": a.status, "raised_at": a.raised_at,
+        "id": a.id, "watch_id": a.watch_id, "period": a.period, "team": a.team, "status": a.status,
+        "raised_at": a.raised_at,
         "evidence": json.loads(a.evidence_json),
         "acknowledged_at": a.acknowledged_at, "acknowledged_by": a.acknowledged_by,
         "resolved_at": a.resolved_at, "resolved_by": a.resolved_by,
@@ -56,8 +58,9 @@ class WatchService:
     # -- watches -------------------------------------------------------------------
 
     async def view(self, w: WatchRecord) -> dict[str, Any]:
-        """A watch: judged cases, the old model's win rate, the detector's statistic and
-        threshold, today's spend against the daily cap."""
+        """A watch: its detector period, that period's judged cases, old-model win rate,
+        statistic and threshold and alert (None until it fires), today's spend against the
+        daily cap."""
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
         day = await self._rt.store.get_trial(w.current_trial_id)
         today = utc_day(self._rt.clock())
@@ -65,7 +68,7 @@ class WatchService:
         if day is not None and w.current_day == today:
             spent, reserved = day.spent_micros, day.reserved_micros
         decisive = w.old_wins + w.new_wins
-        alert = await self._rt.store.get_alert(f"{w.id}.alert")
+        alert = await self._rt.store.get_alert(period_alert_id(w.id, w.period))
         promotion = await self._rt.store.get_promotion(w.id)
         return {
             "id": w.id, "team": w.team, "status": w.status, "trial_id": w.trial_id,
@@ -73,6 +76,9 @@ class WatchService:
             "sample_rate": w.sample_rate, "judge_version_id": w.judge_version_id,
             "current_day": w.current_day, "current_row": w.current_trial_id,
             "created_at": w.created_at, "created_by": w.created_by, "stopped_at": w.stopped_at,
+            # Issue 23, item 5: resolving the period's alert starts the next period; the counts,
+            # the detector and "alert" below are the current period's.
+            "period": {"number": w.period, "started_at": w.period_start, "judged_before": w.judged_before},
             "judged": w.judged, "decisive": decisive, "old_wins": w.old_wins, "new_wins": w.new_wins, "ties": w.ties,
             "old_win_rate": None if decisive == 0 else w.old_wins / decisive,
             "detector": {
@@ -115,7 +121,8 @@ class WatchService:
     async def detector_path(self, principal: Principal, watch_id: str) -> builtins.list[tuple[int, float]]:
         """The detector's statistic after each judged case of the sentinel, recomputed from the
         stored case scores of its day rows in the order the cases were claimed
-        (:func:`policies.cusum.statistic_path`): content-free, for the watch's chart."""
+        (:func:`policies.cusum.statistic_path`), from the start of the current period (the
+        judged cases of earlier periods skipped): content-free, for the watch's chart."""
         w = await self._watch(principal, watch_id)
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
         rows = sorted((r for r in await self._rt.store.list_trials(teams=[w.team], kind="watch") if r.watch_id == w.id),
@@ -124,7 +131,7 @@ class WatchService:
         for row in rows:
             observations += [observation(float(score)) for c in await self._rt.store.cases(row.id)
                              if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
-        return cusum.statistic_path(design, observations)
+        return cusum.statistic_path(design, observations[w.judged_before:])
 
     async def stop(self, principal: Principal, watch_id: str) -> dict[str, Any]:
         w = await self._watch(principal, watch_id)
@@ -146,8 +153,27 @@ class WatchService:
             return []
         return [alert_view(a) for a in await self._rt.store.list_alerts(teams=teams, status=status)]
 
+    async def next_design(self, watch_id: str) -> str | None:
+        """The design of a watch's next period: the detector designed afresh for the upper
+        bound of the promotion trial's share of old-model wins, by today's rule
+        (:func:`policies.cusum.baseline_from_promotion`), so a watch made under an older rule
+        gets an honest baseline at its next period. The baseline stays anchored to the
+        promotion's evidence, never to the period that fired: a drift that goes on after the
+        resolve is seen again. None (the watch keeps its design) without those counts."""
+        w = await self._rt.store.get_watch(watch_id)
+        promotion = await self._rt.store.get_promotion(watch_id)
+        if w is None or promotion is None:
+            return None
+        wins = json.loads(promotion.evidence_json).get("decisive_primary_judgments")
+        if not isinstance(wins, dict):
+            return None
+        current = cusum.CusumDesign.from_dict(json.loads(w.design_json))
+        baseline = cusum.baseline_from_promotion(int(wins["incumbent_wins"]), int(wins["candidate_wins"]))
+        return json.dumps(cusum.design(baseline, min_judged=current.min_judged).to_dict())
+
     async def move_alert(self, principal: Principal, alert_id: str, to: str) -> dict[str, Any]:
-        """Acknowledge (from firing) or resolve (from firing or acknowledged) an alert."""
+        """Acknowledge (from firing) or resolve (from firing or acknowledged) an alert; resolving
+        re-arms its watch (a new period, in the same transaction)."""
         rt = self._rt
         a = await rt.store.get_alert(alert_id)
         if a is None:
@@ -159,11 +185,11 @@ class WatchService:
         now = rt.clock()
         outbox = None
         if rt.config.uplink.enabled:
-            record = AlertRecord(id=f"alert:{alert_id}:{to}", alert_id=alert_id, watch_id=a.watch_id, team=a.team,
-                                 state=to, at=now)  # type: ignore[arg-type]
-            outbox = OutboxRecord(record_id=record.id, topic="alert", body=encode_record(record).decode())
+            outbox = alert_outbox(alert_id, watch_id=a.watch_id, team=a.team, state=to, at=now)  # type: ignore[arg-type]
+        design = await self.next_design(a.watch_id) if to == "resolved" else None
         updated, changed = await rt.store.transition_alert(
-            alert_id, to, allowed_from=allowed, actor=principal.subject, now=now, outbox=outbox
+            alert_id, to, allowed_from=allowed, actor=principal.subject, now=now, outbox=outbox,
+            next_design_json=design,
         )
         if updated is None:
             raise NotFound(_no_alert(alert_id))

@@ -545,10 +545,13 @@ class WatchStore(Protocol):
 
     async def transition_alert(
         self, alert_id: str, to: str, *, allowed_from: Sequence[str], actor: str | None, now: float,
-        outbox: OutboxRecord | None = None,
+        outbox: OutboxRecord | None = None, next_design_json: str | None = None,
     ) -> tuple[AlertRow | None, bool]:
         """Conditional: an alert in one of ``allowed_from`` moves to ``to``; its transition row
-        (for the webhook) and ``outbox`` are written in the same transaction."""
+        (for the webhook) and ``outbox`` are written in the same transaction. Resolving re-arms
+        the alert's watch in that transaction too, if the watch is active and the alert is of
+        its current period: the next period starts at ``now`` from a zero detector state, with
+        ``next_design_json`` as its design (None: the watch's own) and its baseline."""
         ...
 
     async def spend_window(self, *, since: float, until: float, teams: Sequence[str] | None = None) -> dict[str, int]:

@@ -325,4 +325,12 @@ MIGRATIONS: tuple[str, ...] = (
     # 13: running comparison groups (issue 13, items 3-4): the group's spend ledger,
     # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
     corpus_runs_schema.SQLITE,
+    # 14: watch periods (issue 23, item 5): resolving an alert re-arms the watch's detector for
+    # a new period, and each period's alert has its own row
+    """
+    ALTER TABLE watches ADD COLUMN period INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE watches ADD COLUMN period_started_at REAL;
+    ALTER TABLE watches ADD COLUMN judged_before INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE alerts ADD COLUMN period INTEGER NOT NULL DEFAULT 1;
+    """,
 )

@@ -311,6 +311,14 @@ MIGRATIONS: tuple[str, ...] = (
     # 12: running comparison groups (issue 13, items 3-4): the group's spend ledger,
     # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
     corpus_runs_schema.POSTGRES,
+    # 13: watch periods (issue 23, item 5): resolving an alert re-arms the watch's detector for
+    # a new period, and each period's alert has its own row
+    """
+    ALTER TABLE watches ADD COLUMN period BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE watches ADD COLUMN period_started_at DOUBLE PRECISION;
+    ALTER TABLE watches ADD COLUMN judged_before BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE alerts ADD COLUMN period BIGINT NOT NULL DEFAULT 1;
+    """,
 )
 
 

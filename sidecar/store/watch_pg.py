@@ -13,7 +13,9 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import CaseFinish, OutboxRecord, TrialRecord
-from sidecar.store.watch_logic import STATE_COLUMNS, alert_id, apply_step, transition_id
+from sidecar.store.watch_logic import (
+    REARM_COLUMNS, STATE_COLUMNS, alert_id, alert_outbox, apply_step, design_baseline, transition_id,
+)
 from sidecar.store.watch_records import AlertRow, AlertTransition, PromoteResult, PromotionRecord, WatchRecord, WatchStep
 
 T = TypeVar("T")
@@ -76,15 +78,28 @@ async def _step(conn: Conn, step: WatchStep) -> None:
         step.watch_id,
     )
     if s.fired_now:
-        alert = alert_id(step.watch_id)
+        alert = alert_id(step.watch_id, row["period"])
         await conn.execute(
-            "INSERT INTO alerts (id, watch_id, team, status, raised_at, evidence_json) VALUES ($1, $2, $3, $4, $5, $6) "
-            "ON CONFLICT (id) DO NOTHING",
-            alert, step.watch_id, row["team"], "firing", step.at, json.dumps(s.evidence),
+            "INSERT INTO alerts (id, watch_id, team, status, raised_at, evidence_json, period) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+            alert, step.watch_id, row["team"], "firing", step.at, json.dumps(s.evidence), row["period"],
         )
         await _transition(conn, alert, step.watch_id, row["team"], "firing", step.at, None)
-        if step.on_fire is not None:
-            await _outbox(conn, step.on_fire, step.at)
+        if step.announce:
+            await _outbox(conn, alert_outbox(alert, watch_id=step.watch_id, team=row["team"], state="firing",
+                                             at=step.at), step.at)
+
+
+async def _rearm(conn: Conn, alert: Any, now: float, design_json: str | None) -> None:
+    """The resolved alert's watch starts its next period, if the alert is of its current one and
+    it is still active (a stopped watch keeps its last state, for the record). A step of the
+    watch waiting on its row lock then reads the new period."""
+    await conn.execute(
+        f"UPDATE watches SET {REARM_COLUMNS}, period_started_at=$1, design_json=COALESCE($2, design_json), "
+        "baseline=COALESCE($3, baseline) WHERE id=$4 AND period=$5 AND status='active'",
+        now, design_json, None if design_json is None else design_baseline(design_json), alert["watch_id"],
+        alert["period"],
+    )
 
 
 class PostgresWatches:
@@ -202,7 +217,7 @@ class PostgresWatches:
 
     async def transition_alert(
         self, alert_id: str, to: str, *, allowed_from: Sequence[str], actor: str | None, now: float,
-        outbox: OutboxRecord | None = None,
+        outbox: OutboxRecord | None = None, next_design_json: str | None = None,
     ) -> tuple[AlertRow | None, bool]:
         column = {"acknowledged": "acknowledged", "resolved": "resolved"}[to]
 
@@ -217,6 +232,8 @@ class PostgresWatches:
                 await _transition(conn, alert_id, row["watch_id"], row["team"], to, now, actor)
                 if outbox is not None:
                     await _outbox(conn, outbox, now)
+                if to == "resolved":
+                    await _rearm(conn, row, now, next_design_json)
             return (None if row is None else _alert(row)), changed is not None
 
         result: tuple[AlertRow | None, bool] = await self._tx(fn)

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sidecar.store.outbox import OutboxRecord
-
 WatchStatus = Literal["active", "stopped"]
 AlertStatus = Literal["firing", "acknowledged", "resolved"]
 Observation = Literal["old_wins", "new_wins", "tie"]
@@ -28,7 +26,13 @@ class WatchRecord:
     The detector's design is ``design_json`` (:class:`policies.cusum.CusumDesign`); its state
     is the integer columns ``statistic``, ``judged``, ``decisive``, ``fired_at``
     (:class:`policies.cusum.CusumState`), stepped by the store in the transaction that
-    finishes each judged case of the watch (a :class:`WatchStep` effect)."""
+    finishes each judged case of the watch (a :class:`WatchStep` effect).
+
+    The detector watches in *periods*: period 1 starts at the promotion; resolving the
+    period's alert re-arms the detector (:meth:`~sidecar.store.base.WatchStore.transition_alert`):
+    period ``period + 1`` starts at ``period_started_at`` from a zero state, and the counts
+    (``judged``, wins, ties) are the period's. ``judged_before`` counts the judged cases of
+    the earlier periods (the chart skips them)."""
 
     id: str
     team: str
@@ -55,6 +59,14 @@ class WatchRecord:
     old_wins: int = 0
     new_wins: int = 0
     ties: int = 0
+    period: int = 1
+    period_started_at: float | None = None
+    judged_before: int = 0
+
+    @property
+    def period_start(self) -> float:
+        """When the current period started (period 1: when the watch was created)."""
+        return self.created_at if self.period_started_at is None else self.period_started_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +95,8 @@ class PromoteResult:
 
 @dataclass(frozen=True, slots=True)
 class AlertRow:
-    """An alert a watch raised, with its evidence (JSON) and its transitions' who and when."""
+    """An alert a watch raised in its detector period ``period`` (at most one per period),
+    with its evidence (JSON) and its transitions' who and when."""
 
     id: str
     watch_id: str
@@ -95,6 +108,7 @@ class AlertRow:
     acknowledged_by: str | None = None
     resolved_at: float | None = None
     resolved_by: str | None = None
+    period: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +132,13 @@ class WatchStep:
 
     The store reads the watch's design and state in the finishing transaction, applies
     :func:`policies.cusum.step` (the rule lives there), writes the state back, and — only
-    if this step fired the detector — inserts the alert, its ``firing`` transition, and
-    ``on_fire`` (the uplink's alert record, when the uplink is on)."""
+    if this step fired the detector — inserts the period's alert, its ``firing`` transition,
+    and, with ``announce`` (the uplink is on), the alert's content-free ``firing`` record
+    in the outbox. The store words that record, not the hook: only the store knows the
+    watch's period, so only it knows the alert's id."""
 
     watch_id: str
     case_id: str
     observation: Observation
     at: float
-    on_fire: OutboxRecord | None = None
+    announce: bool = False

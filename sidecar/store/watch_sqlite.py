@@ -14,7 +14,9 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store.records import CaseFinish, OutboxRecord, TrialRecord
-from sidecar.store.watch_logic import STATE_COLUMNS, alert_id, apply_step, transition_id
+from sidecar.store.watch_logic import (
+    REARM_COLUMNS, STATE_COLUMNS, alert_id, alert_outbox, apply_step, design_baseline, transition_id,
+)
 from sidecar.store.watch_records import AlertRow, AlertTransition, PromoteResult, PromotionRecord, WatchRecord, WatchStep
 
 T = TypeVar("T")
@@ -91,15 +93,27 @@ def _step(conn: sqlite3.Connection, step: WatchStep) -> None:
          step.watch_id),
     )
     if s.fired_now:
-        alert = alert_id(step.watch_id)
+        alert = alert_id(step.watch_id, row["period"])
         conn.execute(
-            "INSERT INTO alerts (id, watch_id, team, status, raised_at, evidence_json) VALUES (?,?,?,?,?,?) "
+            "INSERT INTO alerts (id, watch_id, team, status, raised_at, evidence_json, period) VALUES (?,?,?,?,?,?,?) "
             "ON CONFLICT DO NOTHING",
-            (alert, step.watch_id, row["team"], "firing", step.at, json.dumps(s.evidence)),
+            (alert, step.watch_id, row["team"], "firing", step.at, json.dumps(s.evidence), row["period"]),
         )
         _transition(conn, alert, step.watch_id, row["team"], "firing", step.at, None)
-        if step.on_fire is not None:
-            _outbox(conn, step.on_fire, step.at)
+        if step.announce:
+            _outbox(conn, alert_outbox(alert, watch_id=step.watch_id, team=row["team"], state="firing", at=step.at),
+                    step.at)
+
+
+def _rearm(conn: sqlite3.Connection, alert: sqlite3.Row, now: float, design_json: str | None) -> None:
+    """The resolved alert's watch starts its next period, if the alert is of its current one and
+    it is still active (a stopped watch keeps its last state, for the record)."""
+    conn.execute(
+        f"UPDATE watches SET {REARM_COLUMNS}, period_started_at=?, design_json=COALESCE(?, design_json), "
+        "baseline=COALESCE(?, baseline) WHERE id=? AND period=? AND status='active'",
+        (now, design_json, None if design_json is None else design_baseline(design_json), alert["watch_id"],
+         alert["period"]),
+    )
 
 
 class SQLiteWatches:
@@ -225,7 +239,7 @@ class SQLiteWatches:
 
     async def transition_alert(
         self, alert_id: str, to: str, *, allowed_from: Sequence[str], actor: str | None, now: float,
-        outbox: OutboxRecord | None = None,
+        outbox: OutboxRecord | None = None, next_design_json: str | None = None,
     ) -> tuple[AlertRow | None, bool]:
         column = {"acknowledged": "acknowledged", "resolved": "resolved"}[to]
 
@@ -241,6 +255,8 @@ class SQLiteWatches:
                 _transition(conn, alert_id, row["watch_id"], row["team"], to, now, actor)
                 if outbox is not None:
                     _outbox(conn, outbox, now)
+                if to == "resolved":
+                    _rearm(conn, row, now, next_design_json)
             return (None if row is None else _alert(row)), changed
 
         result: tuple[AlertRow | None, bool] = await self._write(fn)

@@ -20,7 +20,7 @@ from playwright.async_api import expect
 from tests.console.conftest import Pages, screenshot
 from tests.console.test_console_browser import sign_in
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
-from tests.sidecar.services.test_watches import models, served
+from tests.sidecar.services.test_watches import judged, models, served
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -115,7 +115,9 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             assert promote.status == 403
             assert (await h.admin.get("/v1/alerts")).json()["alerts"][0]["status"] == "firing"
 
-            # The writer acknowledges from the watch's page, then resolves.
+            # The writer acknowledges from the watch's page, then resolves (every drop case judged
+            # first, so none counts in the period the resolve starts).
+            await judged(h, watch_id, 80)
             await page.goto(f"/console/watches/{watch_id}")
             await page.get_by_role("button", name="Acknowledge").click()
             await expect(page.locator(f"[data-alert-status='{alert_id}']")).to_have_text("acknowledged")
@@ -123,13 +125,16 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             await page.get_by_role("button", name="Resolve").click()
             await expect(page.locator(f"[data-alert-status='{alert_id}']")).to_have_text("resolved")
             await expect(page.locator("#resolve-alert")).to_have_count(0)
+            # Resolving re-armed the detector (issue 23, item 5): a new period, counted from zero.
+            await expect(page.locator("#detector-period")).to_contain_text("Period 2, re-armed")
+            await expect(page.locator("#detector-state")).not_to_have_text("Fired")
             await screenshot(page, "watch-resolved")
             alert = (await h.admin.get("/v1/alerts")).json()["alerts"][0]
             assert (alert["status"], alert["acknowledged_by"], alert["resolved_by"]) == ("resolved", "dev", "dev")
 
             await page.get_by_role("link", name="Watches").click()
             await expect(page.locator("#watches tbody tr")).to_have_count(1)
-            await expect(page.locator("#watches")).to_contain_text("fired")
+            await expect(page.locator("#watches")).not_to_contain_text("fired")  # re-armed by the resolve
             # No "new watch" action anywhere: a watch is born only by promotion.
             await expect(page.get_by_role("link", name=re.compile("new watch", re.I))).to_have_count(0)
             await expect(page.get_by_role("button", name=re.compile("new watch", re.I))).to_have_count(0)

@@ -132,11 +132,10 @@ async def test_a_watch_step_follows_the_policy_and_fires_once_with_its_alert(sto
     day = w.current_trial_id
     observations = ["new_wins", "tie"] + ["old_wins"] * 20
     expected = cusum.run(DESIGN, cusum.CusumState(), observations)
-    fire_record = OutboxRecord("alert:wa1.alert:firing", "alert", "{}")
     for i, obs in enumerate(observations):
         cid = f"c{i}"
         assert await store.claim_case(start(cid, day)) == "claimed"
-        step = WatchStep("wa1", cid, obs, at=3000.0 + i, on_fire=fire_record)  # type: ignore[arg-type]
+        step = WatchStep("wa1", cid, obs, at=3000.0 + i, announce=True)  # type: ignore[arg-type]
         assert await store.finish_case(finish(cid, day, effects=(step,)), "A")
     after = await store.get_watch("wa1")
     assert after is not None
@@ -147,7 +146,9 @@ async def test_a_watch_step_follows_the_policy_and_fires_once_with_its_alert(sto
     assert len(alerts) == 1 and alerts[0].status == "firing" and alerts[0].id == "wa1.alert"
     evidence = json.loads(alerts[0].evidence_json)
     assert evidence["judged"] == expected.fired_at and evidence["threshold_units"] == DESIGN.threshold
-    assert [r.record_id for r in await store.outbox()] == ["alert:wa1.alert:firing"]
+    (record,) = await store.outbox()
+    assert (record.record_id, record.topic) == ("alert:wa1.alert:firing", "alert")
+    assert json.loads(record.body)["alert_id"] == "wa1.alert" and json.loads(record.body)["state"] == "firing"
     pending = await store.pending_transitions(limit=10)
     assert [(t.id, t.state) for t in pending] == [("wa1.alert:firing", "firing")]
 
@@ -221,3 +222,79 @@ async def test_adoption_is_final(store: Store) -> None:
     await promoted(store)
     record, changed = await store.set_trial_status("t1", "stopped", "stopped by operator", ended=True, now=9.0)
     assert not changed and record is not None and record.status == "adopted"
+
+
+async def _observe(store: Store, watch_id: str, day: str, observations: list[str], *, first: int, at: float,
+                   announce: bool = False) -> None:
+    """Judged cases ``first``, ``first + 1``, ... of the watch, finished at ``at``, ``at + 1``, ..."""
+    for i, obs in enumerate(observations):
+        cid = f"{watch_id}-c{first + i}"
+        assert await store.claim_case(start(cid, day)) == "claimed"
+        step = WatchStep(watch_id, cid, obs, at=at + i, announce=announce)  # type: ignore[arg-type]
+        assert await store.finish_case(finish(cid, day, effects=(step,)), "A")
+
+
+async def test_resolving_an_alert_rearms_its_watch_and_the_next_alarm_is_a_new_alert(store: Store) -> None:
+    """Issue 23, item 5: a watch that fired once was blind from then on (its state stayed fired,
+    and its one alert id made a second alarm a no-op). Resolving starts a new period."""
+    w = await promoted(store)
+    day = w.current_trial_id
+    period1 = ["new_wins", "tie"] + ["old_wins"] * 20
+    await _observe(store, "wa1", day, period1, first=0, at=3000.0, announce=True)
+    fired = await store.get_watch("wa1")
+    assert fired is not None and fired.fired_at is not None and fired.period == 1 and fired.period_start == 2000.0
+
+    # Acknowledging is not resolving: the watch stays in its period, fired.
+    await store.transition_alert("wa1.alert", "acknowledged", allowed_from=("firing",), actor="bob", now=4000.0)
+    acked = await store.get_watch("wa1")
+    assert acked is not None and (acked.period, acked.fired_at) == (1, fired.fired_at)
+
+    honest = cusum.design(0.3, min_judged=5)
+    _, changed = await store.transition_alert("wa1.alert", "resolved", allowed_from=("firing", "acknowledged"),
+                                              actor="carol", now=4002.0, next_design_json=json.dumps(honest.to_dict()))
+    assert changed
+    armed = await store.get_watch("wa1")
+    assert armed is not None
+    assert (armed.period, armed.period_started_at, armed.period_start, armed.judged_before) == (2, 4002.0, 4002.0, 22)
+    assert (armed.statistic, armed.judged, armed.decisive, armed.fired_at) == (0, 0, 0, None)
+    assert (armed.old_wins, armed.new_wins, armed.ties) == (0, 0, 0)
+    assert cusum.CusumDesign.from_dict(json.loads(armed.design_json)) == honest and armed.baseline == 0.3
+
+    # Steady, then a second drop: the re-armed detector follows the policy from a zero state
+    # with the new design, and its alarm is a second alert with its own id and transitions.
+    period2 = ["new_wins"] * 10 + ["old_wins", "new_wins"] * 5 + ["old_wins"] * 30
+    await _observe(store, "wa1", day, period2, first=100, at=4100.0, announce=True)
+    expected = cusum.run(honest, cusum.CusumState(), period2)
+    after = await store.get_watch("wa1")
+    assert after is not None and expected.fired_at is not None and expected.fired_at > 20
+    assert (after.statistic, after.judged, after.decisive, after.fired_at) == (
+        expected.statistic, expected.judged, expected.decisive, expected.fired_at)
+    assert (after.old_wins, after.new_wins, after.ties, after.period) == (35, 15, 0, 2)
+    alerts = await store.list_alerts(teams=["team-a"])
+    assert [(a.id, a.status, a.period) for a in alerts] == [("wa1.alert.2", "firing", 2), ("wa1.alert", "resolved", 1)]
+    second = await store.get_alert("wa1.alert.2")
+    assert second is not None and second.raised_at == 4100.0 + expected.fired_at - 1
+    evidence = json.loads(second.evidence_json)
+    assert (evidence["period"], evidence["judged"], evidence["baseline"]) == (2, expected.fired_at, 0.3)
+    pending = [t.id for t in await store.pending_transitions(limit=10)]
+    assert pending == ["wa1.alert:firing", "wa1.alert:acknowledged", "wa1.alert:resolved", "wa1.alert.2:firing"]
+    assert [r.record_id for r in await store.outbox()] == ["alert:wa1.alert:firing", "alert:wa1.alert.2:firing"]
+
+    # Resolving the second starts a third period, keeping the design when none is given.
+    await store.transition_alert("wa1.alert.2", "resolved", allowed_from=("firing",), actor=None, now=5000.0)
+    third = await store.get_watch("wa1")
+    assert third is not None and (third.period, third.judged_before, third.fired_at) == (3, 22 + 50, None)
+    assert third.design_json == armed.design_json
+
+
+async def test_resolving_re_arms_only_an_active_watch_in_the_alerts_own_period(store: Store) -> None:
+    """A stopped watch keeps its last state; resolving a past period's alert twice starts nothing."""
+    w = await promoted(store)
+    await _observe(store, "wa1", w.current_trial_id, ["old_wins"] * 16, first=0, at=3000.0)
+    await store.stop_watch("wa1", now=3500.0)
+    _, changed = await store.transition_alert("wa1.alert", "resolved", allowed_from=("firing",), actor=None, now=4000.0)
+    assert changed
+    stopped = await store.get_watch("wa1")
+    assert stopped is not None and stopped.period == 1 and stopped.fired_at is not None and stopped.judged == 16
+    again = await store.transition_alert("wa1.alert", "resolved", allowed_from=("firing",), actor=None, now=4001.0)
+    assert again[1] is False and (await store.get_watch("wa1")) == stopped

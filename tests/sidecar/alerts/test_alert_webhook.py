@@ -152,7 +152,7 @@ async def test_a_refusal_ends_delivery_and_attempts_are_bounded(tmp_path: Path) 
 
 async def test_a_running_sidecar_posts_the_firing_transition_of_a_watch(tmp_path: Path) -> None:
     from tests.harness import Harness
-    from tests.sidecar.services.test_watches import adoptable_trial, models, served, watch_view
+    from tests.sidecar.services.test_watches import adoptable_trial, judged, models, served, watch_view
 
     async with Receiver(fail_first=1) as receiver:
         receiver.now = time.time()
@@ -171,6 +171,9 @@ async def test_a_running_sidecar_posts_the_firing_transition_of_a_watch(tmp_path
 
             await wait_for(fired, timeout=60, what="the alert")
             await wait_for(lambda: _has(receiver, 1), timeout=30, what="the webhook's firing POST")
+            # Every drop case judged first: the resolve re-arms the watch, and a drop case judged
+            # after it would count in the new period (a second alert, issue 23 item 5).
+            await judged(h, watch_id, 80)
             await h.admin.post(f"/v1/alerts/{watch_id}.alert/resolve")
             await wait_for(lambda: _has(receiver, 2), timeout=30, what="the webhook's resolved POST")
         assert [a["state"] for a in receiver.accepted] == ["firing", "resolved"]

@@ -6,7 +6,6 @@ import dataclasses
 from typing import Any
 
 from sidecar.engine.subjects import Subject
-from sidecar.store.records import OutboxRecord
 from sidecar.store.watch_records import WatchStep
 from sidecar.export.case_results import uplink_case_result
 from sidecar.engine.watch_step import watch_step, watch_step_with_uplink
@@ -32,8 +31,10 @@ def test_nothing_for_a_case_not_judged_or_a_trial() -> None:
     assert uplink_case_result(subject("watch", "wa1"), finish("c1")) == ()  # a sentinel's case is not a trial result
 
 
-def test_with_the_uplink_the_step_carries_the_content_free_firing_record() -> None:
+def test_with_the_uplink_the_step_asks_the_store_to_announce_the_alert() -> None:
+    """The hook cannot know the watch's period (each has its own alert id): the store words
+    the content-free firing record when the step fires (tests/store/test_watch_conformance.py)."""
     (step,) = watch_step_with_uplink(subject("watch", "wa1"), finish("c1"))
-    assert isinstance(step, WatchStep) and isinstance(step.on_fire, OutboxRecord)
-    assert step.on_fire.record_id == "alert:wa1.alert:firing" and step.on_fire.topic == "alert"
-    assert '"state":"firing"' in step.on_fire.body and "question" not in step.on_fire.body
+    assert isinstance(step, WatchStep) and step.announce
+    (quiet,) = watch_step(subject("watch", "wa1"), finish("c1"))
+    assert isinstance(quiet, WatchStep) and not quiet.announce

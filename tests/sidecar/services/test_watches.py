@@ -142,7 +142,9 @@ async def test_a_watch_alerts_when_the_old_model_starts_winning_and_live_shows_i
             return bool((await watch_view(h, watch["id"]))["detector"]["fired"])
 
         await wait_for(fired, timeout=120, what="the watch's alert", wake=h.runtime.progress)
-        view = await watch_view(h, watch["id"])
+        # Every drop case judged before the resolve below re-arms the watch (issue 23, item 5),
+        # so no case of this drop counts in the next period.
+        view = await judged(h, watch["id"], steady + 200)
         took = view["detector"]["fired_at_judged"] - steady
         print(f"\nwatch {watch['id']}: baseline p0={detector['baseline']}, p1={detector['alternative']:.2f}, "
               f"threshold h={detector['threshold']:.3f} (units {detector['threshold_units']}), "
@@ -347,6 +349,7 @@ async def test_with_the_uplink_each_alert_transition_is_one_content_free_record(
                 return bool((await watch_view(h, watch_id))["detector"]["fired"])
 
             await wait_for(fired, timeout=60, what="the alert", wake=h.runtime.progress)
+            await judged(h, watch_id, 60)  # all judged in this period: the resolve re-arms the watch
             assert (await h.admin.post(f"/v1/alerts/{watch_id}.alert/ack")).status_code == 200
             assert (await h.admin.post(f"/v1/alerts/{watch_id}.alert/resolve")).status_code == 200
 
@@ -360,3 +363,106 @@ async def test_with_the_uplink_each_alert_transition_is_one_content_free_record(
             assert all("answer" not in body.decode() for _, body in kit.held("alert"))
             # A sentinel's cases are not trial results: only the trial's cases reach the collector.
             assert {json.loads(b)["trial_id"] for _, b in kit.held()} == {trial_id}
+
+
+async def test_a_resolved_watch_is_re_armed_and_fires_again_on_a_second_drop(tmp_path: Path) -> None:
+    """Issue 23, item 5: after a resolve the detector stayed fired and the old model could win
+    37-42 of the next 60 cases with no new alert. Resolving starts a new period: the view shows
+    it, its counts, statistic and chart start at the resolve, a steady stretch raises nothing,
+    and a second drop raises a second alert with its own id."""
+    from policies.roles import Principal
+    from sidecar.services.watches import WatchService
+
+    async with Harness(tmp_path, models=models(), never_called=()) as h:
+        assert h.admin
+        trial_id = await adoptable_trial(h)
+        r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 50.0, "sample_rate": 1.0})
+        assert r.status_code == 201, r.text
+        watch = r.json()["watch"]
+        wid = watch["id"]
+        assert watch["period"] == {"number": 1, "started_at": watch["created_at"], "judged_before": 0}
+
+        await h.send([served(i, 0.4, "drop1") for i in range(80)])
+        first = await judged(h, wid, 80)
+        assert first["detector"]["fired"] and first["alert"] == {"id": f"{wid}.alert", "status": "firing"}
+        r = await h.admin.post(f"/v1/alerts/{wid}.alert/resolve")
+        assert r.status_code == 200 and r.json()["status"] == "resolved", r.text
+        resolved_at = r.json()["resolved_at"]
+
+        view = await watch_view(h, wid)
+        assert view["period"] == {"number": 2, "started_at": resolved_at, "judged_before": 80}
+        d = view["detector"]
+        assert (view["judged"], view["decisive"], view["old_wins"], d["statistic"], d["fired"], view["alert"]) == (
+            0, 0, 0, 0.0, False, None)
+        assert d["baseline"] == watch["detector"]["baseline"]  # anchored to the promotion, not to the drop
+        assert view["status"] == "active"
+
+        steady = 200
+        await h.send([served(i, 0.6, "steady") for i in range(steady)])
+        view = await judged(h, wid, steady)
+        assert not view["detector"]["fired"] and view["alert"] is None
+        alerts = (await h.admin.get("/v1/alerts")).json()["alerts"]
+        assert [(a["id"], a["status"], a["period"]) for a in alerts] == [(f"{wid}.alert", "resolved", 1)]
+        service, admin = WatchService(h.runtime), Principal.of("tester", ["platform_admin"], [])
+        path = await service.detector_path(admin, wid)
+        assert path[0][0] <= 2 and path[-1] == (steady, view["detector"]["statistic"])  # the chart restarts
+
+        await h.send([served(i, 0.4, "drop2") for i in range(200)])
+
+        async def fired_again() -> bool:
+            return bool((await watch_view(h, wid))["detector"]["fired"])
+
+        await wait_for(fired_again, timeout=120, what="the second alert", wake=h.runtime.progress)
+        view = await watch_view(h, wid)
+        took = view["detector"]["fired_at_judged"] - steady
+        second = f"{wid}.alert.2"
+        assert view["alert"] == {"id": second, "status": "firing"} and view["period"]["number"] == 2
+        alerts = (await h.admin.get("/v1/alerts")).json()["alerts"]
+        assert [(a["id"], a["status"], a["period"]) for a in alerts] == [
+            (second, "firing", 2), (f"{wid}.alert", "resolved", 1)]
+        assert alerts[0]["evidence"]["period"] == 2
+        assert (await h.admin.get("/v1/live")).json()["alerts"][0]["id"] == second
+        print(f"\nwatch {wid}: fired, resolved (period 2 from {resolved_at:.3f}); no alarm over {steady} steady "
+              f"judged cases; second alert {second} {took} judged cases after the second drop")
+        assert 1 <= took <= 40
+
+
+async def test_the_next_period_is_designed_for_the_promotions_upper_bound_by_todays_rule(tmp_path: Path) -> None:
+    """A watch promoted under the old rule (a baseline of 0.01 for a trial that saw no incumbent
+    win, issue 23 item 4) gets the honest 95% upper bound of its promotion's evidence when its
+    alert is resolved: the period that fired never sets the baseline."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from policies import cusum
+    from policies.roles import Principal
+    from sidecar.services.watches import WatchService
+    from sidecar.store import make_store
+    from sidecar.store.watch_records import WatchStep
+    from tests.store.factories import finish, start, trial
+    from tests.store.test_watch_conformance import PROMOTABLE, watch_rows
+
+    store = make_store(str(tmp_path / "store.db"))
+    await store.open()
+    try:
+        await store.create_trial(trial("t1"))
+        p, w, day = watch_rows()
+        old = cusum.design(0.01, min_judged=5)
+        evidence = {"decisive_primary_judgments": {"incumbent_wins": 0, "candidate_wins": 36}}
+        assert (await store.promote(dataclasses.replace(p, evidence_json=json.dumps(evidence)),
+                                    dataclasses.replace(w, baseline=0.01, design_json=json.dumps(old.to_dict())),
+                                    day, promotable=PROMOTABLE)).created
+        for i in range(8):
+            assert await store.claim_case(start(f"c{i}", day.id)) == "claimed"
+            await store.finish_case(finish(f"c{i}", day.id, effects=(WatchStep("wa1", f"c{i}", "old_wins", 3000.0 + i),)),
+                                    "A")
+        rt = SimpleNamespace(store=store, clock=lambda: 4000.0, config=SimpleNamespace(uplink=SimpleNamespace(enabled=False)))
+        service = WatchService(rt)  # type: ignore[arg-type]
+        resolved = await service.move_alert(Principal.of("carol", ["platform_admin"], []), "wa1.alert", "resolved")
+        assert resolved["status"] == "resolved" and resolved["period"] == 1
+        armed = await store.get_watch("wa1")
+        honest = cusum.baseline_from_promotion(0, 36)
+        assert armed is not None and armed.period == 2 and armed.baseline == honest > 0.01
+        assert cusum.CusumDesign.from_dict(json.loads(armed.design_json)) == cusum.design(honest, min_judged=5)
+    finally:
+        await store.close()
