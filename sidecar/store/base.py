@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Protocol, Sequence
 
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,
@@ -352,7 +352,7 @@ class RetentionStore(Protocol):
 
 class CorpusStore(Protocol):
     """Corpus evidence (issue 13): datasets with immutable versions, slices, suites and
-    comparison groups (:mod:`sidecar.store.corpus_records`). Each method is one
+    comparison groups (:mod:`sidecar.collector.store.corpus_records`). Each method is one
     transaction. Versions, revisions, slices and suites are only ever inserted."""
 
     async def create_dataset(self, dataset: DatasetRecord, version: DatasetVersion, items: Sequence[ItemRow]) -> bool:
@@ -422,7 +422,7 @@ class CorpusStore(Protocol):
 
 class CorpusRunStore(Protocol):
     """Running comparison groups (issue 13, items 3-4; rows in
-    :mod:`sidecar.store.corpus_run_records`). Each method is one transaction. The group's
+    :mod:`sidecar.collector.store.corpus_run_records`). Each method is one transaction. The group's
     spend is a trial's: a claim reserves its worst case with one conditional update
     (``spent + reserved + amount <= cap``) in the transaction that writes the claim, and
     settling never charges more than was reserved, so the cap is never passed."""

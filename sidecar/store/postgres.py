@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 import asyncpg
 
 from policies.paired import paired_figures
-from sidecar.store.corpus_pg import PostgresCorpus
-from sidecar.store.corpus_runs_pg import PostgresCorpusRuns
+from sidecar.collector.store.corpus_pg import PostgresCorpus
+from sidecar.collector.store.corpus_runs_pg import PostgresCorpusRuns
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
@@ -58,7 +58,7 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema_pg import migrate
 from sidecar.store.watch_pg import PostgresWatches, apply_effects
-from sidecar.store.collected_pg import PostgresCollected
+from sidecar.collector.store.collected_pg import PostgresCollected
 from sidecar.store.retention_pg import PostgresRetention
 
 T = TypeVar("T")

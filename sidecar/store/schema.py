@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from sidecar.store import corpus_runs_schema, corpus_schema
+from sidecar.collector.store import corpus_runs_schema, corpus_schema
 
 
 def statements(script: str) -> Iterator[str]:
@@ -251,7 +251,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
     # 11: corpus evidence (issue 13): datasets, versions, item revisions, slices, suites,
-    # comparison groups and their request keys (sidecar/store/corpus_schema.py)
+    # comparison groups and their request keys (sidecar/collector/store/corpus_schema.py)
     corpus_schema.SQLITE,
     # 12: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
     # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
@@ -323,6 +323,6 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # 13: running comparison groups (issue 13, items 3-4): the group's spend ledger,
-    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
+    # its invocation attempts and their scores (sidecar/collector/store/corpus_runs_schema.py)
     corpus_runs_schema.SQLITE,
 )

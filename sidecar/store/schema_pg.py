@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sidecar.store import corpus_runs_schema, corpus_schema
+from sidecar.collector.store import corpus_runs_schema, corpus_schema
 
 #: The pg_advisory_xact_lock key that serialises migrations: a fixed bigint owned by shadowtrial.
 MIGRATION_LOCK = 0x5F3C_2A91_7D0E_4B6C
@@ -238,7 +238,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_team_served ON retained (team, served_at);
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
-    # 10: corpus evidence, as in SQLite's migration 11 (sidecar/store/corpus_schema.py)
+    # 10: corpus evidence, as in SQLite's migration 11 (sidecar/collector/store/corpus_schema.py)
     corpus_schema.POSTGRES,
     # 11: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
     # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
@@ -309,7 +309,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # 12: running comparison groups (issue 13, items 3-4): the group's spend ledger,
-    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
+    # its invocation attempts and their scores (sidecar/collector/store/corpus_runs_schema.py)
     corpus_runs_schema.POSTGRES,
 )
 

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
-from sidecar.store.corpus_runs_sqlite import SQLiteCorpusRuns
-from sidecar.store.corpus_sqlite import SQLiteCorpus
+from sidecar.collector.store.corpus_runs_sqlite import SQLiteCorpusRuns
+from sidecar.collector.store.corpus_sqlite import SQLiteCorpus
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
@@ -40,7 +40,7 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema import MIGRATIONS, statements
 from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
-from sidecar.store.collected_sqlite import SQLiteCollected
+from sidecar.collector.store.collected_sqlite import SQLiteCollected
 from sidecar.store.retention_sqlite import SQLiteRetention
 
 T = TypeVar("T")

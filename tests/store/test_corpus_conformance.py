@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sidecar.store import Store
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,

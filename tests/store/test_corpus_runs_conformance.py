@@ -9,8 +9,8 @@ import asyncio
 import dataclasses
 
 from sidecar.store import Store
-from sidecar.store.corpus_records import ComparisonRecord, DatasetRecord, DatasetVersion, SuiteRecord
-from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
+from sidecar.collector.store.corpus_records import ComparisonRecord, DatasetRecord, DatasetVersion, SuiteRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
 from tests.store.conftest import OpenStore
 
 

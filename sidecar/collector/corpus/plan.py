@@ -19,7 +19,7 @@ from policies.reservation import BYTES_PER_TOKEN_ESTIMATE
 from sidecar.collector.corpus.datasets import slice_rows
 from sidecar.collector.corpus.items import Item, decode_row
 from sidecar.store.base import CorpusStore
-from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.trials.create import Resolved
 
 

@@ -8,7 +8,7 @@ called, at twice the cost), the arms' order rotating from item to item, then gra
 ``items_in_flight`` items are in hand at once.
 
 **Each invocation** has a stable attempt identity (group, arm, item id, item revision id,
-repetition, attempt; :func:`sidecar.store.corpus_run_records.attempt_id`) and is *claimed*
+repetition, attempt; :func:`sidecar.collector.store.corpus_run_records.attempt_id`) and is *claimed*
 in the store before its call, in the transaction that reserves its worst case against the
 group's cap (one conditional update, ``spent + reserved + amount <= cap``); the settlement
 after the call charges the priced usage, or the whole reservation when the cost is not
@@ -69,8 +69,8 @@ from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import ChatRequest, Provider
 from sidecar.store.base import Store
 from sidecar.supervise import RESTART, Supervisor
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
 from sidecar.trials.create import Resolved
 
 log = logging.getLogger("shadowtrial.corpus.runner")

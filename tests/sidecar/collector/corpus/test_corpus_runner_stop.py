@@ -21,7 +21,7 @@ from sidecar.demo.fake_provider import FakeProvider
 from sidecar.engine.parts import open_providers, price_book, resolver
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
 from sidecar.store.base import Store
-from sidecar.store.corpus_run_records import RunRecord
+from sidecar.collector.store.corpus_run_records import RunRecord
 from tests.harness import wait_for
 from tests.sidecar.collector.corpus.runs_kit import Api, collector_toml, config_of, group_body, open_collector, planted_models, start_group
 

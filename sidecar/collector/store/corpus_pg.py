@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,

@@ -13,8 +13,8 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 T = TypeVar("T")
 Conn = Any

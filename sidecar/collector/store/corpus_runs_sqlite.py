@@ -10,8 +10,8 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ import dataclasses
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,
