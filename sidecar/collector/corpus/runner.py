@@ -67,7 +67,7 @@ from sidecar.collector.corpus.plan import (
 from sidecar.engine.case import ORDER_KEY
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import ChatRequest, Provider
-from sidecar.store.base import Store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.supervise import RESTART, Supervisor
 from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.collector.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
@@ -102,7 +102,7 @@ class _GroupState:
 class CorpusRunner:
     """See the module's docs. ``start()`` / ``stop()`` on the loop that owns ``store`` and the providers."""
 
-    def __init__(self, *, store: Store, open_providers: Callable[[], Mapping[str, Provider]],
+    def __init__(self, *, store: ControlPlaneStore, open_providers: Callable[[], Mapping[str, Provider]],
                  resolve: Callable[[str], Resolved], settings: RunnerSettings = RunnerSettings(),
                  clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None) -> None:
         self._store = store
