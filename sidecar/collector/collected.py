@@ -2,7 +2,7 @@
 
 :class:`CollectedRecords` is the :class:`uplink.collector_store.CollectorStore` of
 ``shadowtrial collector``: each record is kept once by id in ``collected_records``
-(SQLite by default, PostgreSQL for scale: :meth:`~sidecar.store.base.CollectedStore.put_collected`).
+(SQLite by default, PostgreSQL for scale: :meth:`~sidecar.collector.store.base.CollectedStore.put_collected`).
 
 Control-plane execution (issue 11 item 5). A stored ``trial_spec`` record makes the
 collector's own copy of the trial (same id) follow the *latest* spec it holds — highest
@@ -26,7 +26,7 @@ from policies.wording import traffic_wording
 from sidecar.services.views import spend_view
 from sidecar.collector.control_plane import ControlPlane
 from sidecar.trials.fold import fold_trial
-from sidecar.store.base import Store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.trials.spec import record_of
 from uplink.collector_store import Held
 from uplink.schema import TrialSpec
@@ -39,7 +39,7 @@ _ENDED = ("stopped", "cap_reached")
 _spec = msgspec.json.Decoder(TrialSpec)
 
 
-async def apply_spec(store: Store, trial_id: str, *, now: float) -> str | None:
+async def apply_spec(store: ControlPlaneStore, trial_id: str, *, now: float) -> str | None:
     """Make the collector's copy of ``trial_id`` follow the latest ``trial_spec`` held for it;
     its status after (None: no spec, or none usable)."""
     body = await store.latest_spec(trial_id)
@@ -75,7 +75,9 @@ async def apply_spec(store: Store, trial_id: str, *, now: float) -> str | None:
 class CollectedRecords:
     """The collector's store (see the module's docs); the caller opens and closes ``store``."""
 
-    def __init__(self, store: Store, *, control_plane: ControlPlane | None, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: ControlPlaneStore, *, control_plane: ControlPlane | None, clock: Callable[[], float]
+    ) -> None:
         self.store = store
         self.control_plane = control_plane
         self._clock = clock

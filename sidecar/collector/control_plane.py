@@ -9,7 +9,7 @@ a case is judged once however often its exchange is offered.
 
 No shedding for room here: the engine is driven from the *stored* records. One task offers the
 stored exchanges of running control-plane trials that have no case yet
-(:meth:`~sidecar.store.base.CollectedStore.pending_exchanges`) as the engine's hand-off has
+(:meth:`~sidecar.collector.store.base.CollectedStore.pending_exchanges`) as the engine's hand-off has
 room; it looks again when a batch is stored, when a case finishes, and every
 ``POLL_S``.
 
@@ -43,8 +43,8 @@ from sidecar.ingest.handoff import Handoff
 from sidecar.engine.parts import engine_settings, open_providers, price_book, resolver
 from sidecar.ingest.routing import RoutingTable
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
-from sidecar.store import make_store
-from sidecar.store.base import Store
+from sidecar.collector.store import make_collector_store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.store.records import CaseFinish, CaseStart
 from sidecar.supervise import RESTART, Supervisor
 from sidecar.telemetry import CountingFunnel
@@ -63,9 +63,9 @@ NOT_RUN = "its trial was paused or re-pinned before the control plane ran it"
 _exchange = msgspec.json.Decoder(ExchangeRecord)
 
 
-def collected_traffic(store: Store) -> Callable[[str], AsyncIterator[Exchange]]:
+def collected_traffic(store: ControlPlaneStore) -> Callable[[str], AsyncIterator[Exchange]]:
     """A team's retained traffic at the control plane: the exchanges forwarded for its trials
-    (:meth:`~sidecar.store.base.CollectedStore.collected_exchanges`), oldest first; for seeding
+    (:meth:`~sidecar.collector.store.base.CollectedStore.collected_exchanges`), oldest first; for seeding
     datasets (a record that does not decode is skipped)."""
 
     async def source(team: str) -> AsyncIterator[Exchange]:
@@ -111,7 +111,7 @@ class ControlPlane:
         lock_timeout = config.store.lock_timeout_seconds
         self.engine = Engine(
             settings=settings,
-            open_store=lambda: make_store(location, lock_timeout_s=lock_timeout),
+            open_store=lambda: make_collector_store(location, lock_timeout_s=lock_timeout),
             open_providers=lambda: open_providers(config),
             resolve=resolver(config, price_book(config)),
             routing=RoutingTable(),
@@ -123,7 +123,7 @@ class ControlPlane:
             supervisor=self.supervisor,
         )
         self._clock = clock
-        self._store: Store | None = None
+        self._store: ControlPlaneStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -133,7 +133,7 @@ class ControlPlane:
         #: Claims offered to the engine in all.
         self.offered = 0
 
-    async def start(self, store: Store) -> None:
+    async def start(self, store: ControlPlaneStore) -> None:
         self._store = store
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()

@@ -43,8 +43,8 @@ from sidecar.engine.parts import configured_retention, open_providers, price_boo
 from sidecar.config import CollectorConfig, Config, split_listen
 from sidecar.collector.control_plane import ControlPlane, collected_traffic
 from sidecar.errors import StartupError
-from sidecar.store import make_store
-from sidecar.store.base import Store
+from sidecar.collector.store import make_collector_store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.supervise import Death, Supervisor
 from uplink.collector import CollectorSettings, Reader, collector_app
 from uplink.signing import Verifier, load_public_key
@@ -69,7 +69,7 @@ class CollectorServer:
         self._port = port
         self._middlewares = tuple(middlewares)
         self._runner: web.AppRunner | None = None
-        self.store: Store | None = None
+        self.store: ControlPlaneStore | None = None
         self.records: CollectedRecords | None = None
         self.control_plane: ControlPlane | None = None
         self.corpus_runner: CorpusRunner | None = None
@@ -89,7 +89,7 @@ class CollectorServer:
         except ValueError as exc:
             raise StartupError(f"collector.keys: {exc}") from exc
         verifier = Verifier(keys, audience=cfg.audience, issuers=frozenset(cfg.issuers), leeway_s=cfg.leeway_seconds)
-        store = make_store(cfg.location)
+        store = make_collector_store(cfg.location)
         try:
             await store.open()
         except Exception as exc:
@@ -128,7 +128,7 @@ class CollectorServer:
         bound = self._runner.addresses[0]
         self.url = f"http://{bound[0]}:{bound[1]}"
 
-    async def _start_engine(self, store: Store) -> None:
+    async def _start_engine(self, store: ControlPlaneStore) -> None:
         config = self.config
         if config is None or not config.providers:
             log.warning("the collector runs no control-plane trial: no [providers] are configured "
@@ -188,7 +188,7 @@ def readers(verifier: AdminVerifier | None, revocations: Revocations | None) -> 
     return reader
 
 
-def corpus_context(config: Config, store: Store) -> CorpusContext:
+def corpus_context(config: Config, store: ControlPlaneStore) -> CorpusContext:
     """What the corpus services need on the collector, from its config and store. Seeding from
     traffic reads the exchanges forwarded for the team's control-plane trials (the traffic
     the control plane holds; a team judged locally keeps its traffic in its sidecars)."""
@@ -199,7 +199,7 @@ def corpus_context(config: Config, store: Store) -> CorpusContext:
     )
 
 
-def corpus_runner(config: Config, store: Store, *, supervisor: Supervisor | None = None) -> CorpusRunner:
+def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Supervisor | None = None) -> CorpusRunner:
     """The runner of comparison groups, with the collector's providers, models and engine settings."""
     e = config.engine
     settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,

@@ -35,8 +35,6 @@ from typing import Any, TypeVar
 import asyncpg
 
 from policies.paired import paired_figures
-from sidecar.store.corpus_pg import PostgresCorpus
-from sidecar.store.corpus_runs_pg import PostgresCorpusRuns
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
@@ -58,7 +56,6 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema_pg import migrate
 from sidecar.store.watch_pg import PostgresWatches, apply_effects
-from sidecar.store.collected_pg import PostgresCollected
 from sidecar.store.retention_pg import PostgresRetention
 
 T = TypeVar("T")
@@ -79,7 +76,7 @@ def _trial(row: Any) -> TrialRecord:
     return TrialRecord(**{k: row[k] for k in _TRIAL_FIELDS})
 
 
-class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches, PostgresCollected, PostgresRetention):
+class PostgresStore(PostgresWatches, PostgresRetention):
     """The :class:`sidecar.store.base.Store` over one PostgreSQL database.
 
     Several instances — in one process or many — may share the database; that

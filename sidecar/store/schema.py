@@ -11,8 +11,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from sidecar.store import corpus_runs_schema, corpus_schema
-
 
 def statements(script: str) -> Iterator[str]:
     """The complete SQL statements of ``script``, in order."""
@@ -24,6 +22,12 @@ def statements(script: str) -> Iterator[str]:
             buf = ""
     if buf.strip():
         raise ValueError(f"incomplete SQL statement at the end of a migration: {buf.strip()[:80]!r}")
+
+
+#: A step that created collector tables before the control-plane wing had migrations of its own
+#: (:mod:`sidecar.collector.store.schema`): kept, empty, so every later step keeps its number. A
+#: database created before keeps those tables (no migration ever drops one); a new one never has them.
+MOVED = ""
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the trial loop
@@ -208,23 +212,8 @@ MIGRATIONS: tuple[str, ...] = (
         UPDATE trials SET state_revision = OLD.state_revision + 1 WHERE id = NEW.id;
     END;
     """,
-    # 9: what a collector holds of the uplink (sidecar/collector/collected.py): each record once by id,
-    # as it came; exchanges of control-plane trials are run from here by the collector's engine
-    """
-    CREATE TABLE collected_records (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        kind TEXT NOT NULL,
-        sidecar_id TEXT NOT NULL,
-        team TEXT,
-        trial_id TEXT,
-        exchange_id TEXT,
-        revision INTEGER,
-        body BLOB NOT NULL,
-        received_at REAL NOT NULL
-    );
-    CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
-    """,
+    # 9: (moved) what a collector holds of the uplink: the collector's migration 1
+    MOVED,
     # 10: the retention window of served exchanges, sealed
     # (AES-GCM, the key never stored), and a trial's source: live traffic or a replay of the window
     """
@@ -250,9 +239,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_team_served ON retained (team, served_at);
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
-    # 11: corpus evidence (issue 13): datasets, versions, item revisions, slices, suites,
-    # comparison groups and their request keys (sidecar/store/corpus_schema.py)
-    corpus_schema.SQLITE,
+    # 11: (moved) corpus evidence (issue 13): the collector's migration 2
+    MOVED,
     # 12: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
     # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
     # the watch keeps its detector's design and integer state; alerts and their transitions
@@ -322,9 +310,8 @@ MIGRATIONS: tuple[str, ...] = (
         delivered_at REAL
     );
     """,
-    # 13: running comparison groups (issue 13, items 3-4): the group's spend ledger,
-    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
-    corpus_runs_schema.SQLITE,
+    # 13: (moved) running comparison groups (issue 13, items 3-4): the collector's migration 3
+    MOVED,
     # 14: watch periods (issue 23, item 5): resolving an alert re-arms the watch's detector for
     # a new period, and each period's alert has its own row
     """

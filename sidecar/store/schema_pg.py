@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sidecar.store import corpus_runs_schema, corpus_schema
+from sidecar.store.schema import MOVED
 
 #: The pg_advisory_xact_lock key that serialises migrations: a fixed bigint owned by shadowtrial.
 MIGRATION_LOCK = 0x5F3C_2A91_7D0E_4B6C
@@ -196,22 +196,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER trials_state_revision BEFORE UPDATE ON trials
     FOR EACH ROW EXECUTE FUNCTION shadowtrial_trials_state_revision();
     """,
-    # 8: what a collector holds of the uplink, as in SQLite's migration 9
-    """
-    CREATE TABLE collected_records (
-        seq BIGSERIAL PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        kind TEXT NOT NULL,
-        sidecar_id TEXT NOT NULL,
-        team TEXT,
-        trial_id TEXT,
-        exchange_id TEXT,
-        revision BIGINT,
-        body BYTEA NOT NULL,
-        received_at DOUBLE PRECISION NOT NULL
-    );
-    CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
-    """,
+    # 8: (moved) what a collector holds of the uplink: the collector's migration 1
+    MOVED,
     # 9: the retention window and a trial's source, as in
     # SQLite's migration 10
     """
@@ -238,8 +224,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX retained_team_served ON retained (team, served_at);
     CREATE INDEX retained_kept ON retained (kept_at);
     """,
-    # 10: corpus evidence, as in SQLite's migration 11 (sidecar/store/corpus_schema.py)
-    corpus_schema.POSTGRES,
+    # 10: (moved) corpus evidence: the collector's migration 2
+    MOVED,
     # 11: promotion, watches and alerts (DESIGN.md section 10). A watch's sentinel runs as
     # trials rows of kind 'watch', one per UTC day, so each day's cap is the ledger's own cap;
     # the watch keeps its detector's design and integer state; alerts and their transitions
@@ -308,9 +294,8 @@ MIGRATIONS: tuple[str, ...] = (
         delivered_at DOUBLE PRECISION
     );
     """,
-    # 12: running comparison groups (issue 13, items 3-4): the group's spend ledger,
-    # its invocation attempts and their scores (sidecar/store/corpus_runs_schema.py)
-    corpus_runs_schema.POSTGRES,
+    # 12: (moved) running comparison groups: the collector's migration 3
+    MOVED,
     # 13: watch periods (issue 23, item 5): resolving an alert re-arms the watch's detector for
     # a new period, and each period's alert has its own row
     """
@@ -335,7 +320,8 @@ async def migrate(conn: Any) -> int:
         for number, script in enumerate(MIGRATIONS, start=1):
             if number <= current:
                 continue
-            await conn.execute(script)  # no arguments: asyncpg runs a multi-statement script
+            if script:  # an empty step (MOVED) only takes its number
+                await conn.execute(script)  # no arguments: asyncpg runs a multi-statement script
             await conn.execute(
                 "INSERT INTO shadowtrial_schema_version (version, applied_at) VALUES ($1, $2)", number, time.time()
             )

@@ -17,8 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
-from sidecar.store.corpus_runs_sqlite import SQLiteCorpusRuns
-from sidecar.store.corpus_sqlite import SQLiteCorpus
 from sidecar.store.errors import IdempotencyConflict
 from sidecar.store import reports
 from sidecar.store.records import (
@@ -40,7 +38,6 @@ from sidecar.store.records import (
 )
 from sidecar.store.schema import MIGRATIONS, statements
 from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
-from sidecar.store.collected_sqlite import SQLiteCollected
 from sidecar.store.retention_sqlite import SQLiteRetention
 
 T = TypeVar("T")
@@ -54,7 +51,7 @@ def _trial(row: sqlite3.Row) -> TrialRecord:
     return TrialRecord(**values)
 
 
-class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches, SQLiteCollected, SQLiteRetention):
+class SQLiteStore(SQLiteWatches, SQLiteRetention):
     """The :class:`sidecar.store.base.Store` over one SQLite file (WAL mode)."""
 
     def __init__(self, path: str, *, lock_timeout_s: float = 10.0) -> None:

@@ -211,10 +211,10 @@ async def test_a_failed_read_offers_retry(tmp_path: Path) -> None:
     from sidecar.collector.corpus.pages import corpus_console_app
     from sidecar.collector.corpus.api import Services
     from sidecar.collector.corpus.context import CorpusContext
-    from sidecar.store import make_store
+    from sidecar.collector.store import make_collector_store
     from tests.sidecar.collector.corpus.corpus_kit import DEFAULTS
 
-    store = make_store(str(tmp_path / "c.db"))
+    store = make_collector_store(str(tmp_path / "c.db"))
     await store.open()
     ctx = CorpusContext(store=store, clock=time.time, resolve=lambda m: (_ for _ in ()).throw(LookupError(m)),
                         defaults=DEFAULTS, default_retention=lambda team: True)

@@ -3,7 +3,9 @@
 ``backend`` names a fresh database — a SQLite file in ``tmp_path``, or a new
 PostgreSQL database on the session's server. ``stores()`` opens another store
 instance on it (a peer: another process of the fleet, as far as the database
-can tell); all are closed at the end of the test, on the test's own loop.
+can tell); all are closed at the end of the test, on the test's own loop. A test marked
+``collector_store`` opens the collector's store instead (the sidecar's store and the
+control-plane wing's tables: :func:`sidecar.collector.store.make_collector_store`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.collector.store import make_collector_store
 from sidecar.store import Store, make_store
 from tests.pg import PostgresServer
 
 OpenStore = Callable[[], Awaitable[Store]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "collector_store: the test's stores are the collector's (make_collector_store)")
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 @pytest.fixture
-async def stores(backend: Backend) -> AsyncIterator[OpenStore]:
+async def stores(request: pytest.FixtureRequest, backend: Backend) -> AsyncIterator[OpenStore]:
     opened: list[Store] = []
+    make = make_collector_store if request.node.get_closest_marker("collector_store") else make_store
 
     async def open_store() -> Store:
-        store = make_store(backend.url)
+        store = make(backend.url)
         await store.open()
         opened.append(store)
         return store

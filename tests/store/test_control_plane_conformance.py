@@ -1,9 +1,13 @@
 """The store's part in control-plane execution (issue 11 item 5), on SQLite and PostgreSQL:
 ``enqueue_outbox`` (forwarded exchanges), outbox effects written in the same transaction as a
-trial's creation and status changes, and the collector's records (``CollectedStore``)."""
+trial's creation and status changes, and the collector's records (``CollectedStore``, on the
+collector's store)."""
 
 from __future__ import annotations
 
+import pytest
+
+from sidecar.collector.store import ControlPlaneStore
 from sidecar.store import Store
 from uplink.collector_store import Held
 from tests.store.factories import effect, start, trial
@@ -59,7 +63,8 @@ def _held(rid: str, kind: str, trial_id: str = "t1", **kw: object) -> Held:
                      trial_id=trial_id, **kw)  # type: ignore[arg-type]
 
 
-async def test_collected_records_are_kept_once_and_read_per_trial(store: Store) -> None:
+@pytest.mark.collector_store
+async def test_collected_records_are_kept_once_and_read_per_trial(store: ControlPlaneStore) -> None:
     assert await store.put_collected([_held("case:c1", "case_result"), _held("case:c2", "case_result")]) == [
         "case:c1", "case:c2"]
     assert await store.put_collected([_held("case:c2", "case_result"), _held("trial:t1:2", "trial_state", revision=2),
@@ -71,7 +76,8 @@ async def test_collected_records_are_kept_once_and_read_per_trial(store: Store) 
     assert await store.latest_spec("t1") == b"trial_spec:t1:9"
 
 
-async def test_pending_exchanges_are_those_of_running_control_plane_trials_without_a_case(store: Store) -> None:
+@pytest.mark.collector_store
+async def test_pending_exchanges_are_those_of_running_control_plane_trials_without_a_case(store: ControlPlaneStore) -> None:
     await store.create_trial(trial("t1", execution_site="control_plane"))
     await store.create_trial(trial("t2", execution_site="local"))
     await store.put_collected([
@@ -92,7 +98,8 @@ async def test_pending_exchanges_are_those_of_running_control_plane_trials_witho
     assert await store.pending_exchanges(limit=10) == []
 
 
-async def test_collected_exchanges_are_a_teams_traffic_of_trials_still_pinned_here(store: Store) -> None:
+@pytest.mark.collector_store
+async def test_collected_exchanges_are_a_teams_traffic_of_trials_still_pinned_here(store: ControlPlaneStore) -> None:
     """The control plane's retained traffic, for seeding datasets: a team's exchange records of
     control-plane trials that no posture change paused, oldest first, paged by ``seq``."""
     await store.create_trial(trial("cp", execution_site="control_plane"))

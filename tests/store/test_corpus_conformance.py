@@ -1,4 +1,4 @@
-"""The corpus part of the store contract (:class:`sidecar.store.base.CorpusStore`), method by
+"""The corpus part of the store contract (:class:`sidecar.collector.store.base.CorpusStore`), method by
 method, on every backend (``-k sqlite`` / ``-k postgres``)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.store import Store
-from sidecar.store.corpus_records import (
+from sidecar.collector.store import ControlPlaneStore
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,
@@ -20,6 +20,8 @@ from sidecar.store.corpus_records import (
 )
 from sidecar.store.errors import IdempotencyConflict
 from tests.store.conftest import OpenStore
+
+pytestmark = pytest.mark.collector_store
 
 
 def dataset(id_: str = "ds1", team: str = "a", name: str = "hard", at: float = 1.0) -> DatasetRecord:
@@ -42,7 +44,7 @@ def comparison(id_: str, team: str = "a", at: float = 1.0) -> ComparisonRecord:
     return ComparisonRecord(id_, team, "su1", "{}", "{}", "tok", 10, "admitted", at, "alice")
 
 
-async def test_create_dataset_round_trips_and_a_taken_name_writes_nothing(store: Store) -> None:
+async def test_create_dataset_round_trips_and_a_taken_name_writes_nothing(store: ControlPlaneStore) -> None:
     assert await store.create_dataset(dataset(), version(), items(("i1", "r1"), ("i2", "r2")))
     assert await store.get_dataset("ds1") == dataset()
     assert await store.get_dataset("nope") is None
@@ -53,7 +55,7 @@ async def test_create_dataset_round_trips_and_a_taken_name_writes_nothing(store:
     assert await store.create_dataset(dataset("ds3", team="b"), version("ds3"), [])  # same name, other team
 
 
-async def test_versions_are_conditional_on_the_parent_and_share_revisions(store: Store) -> None:
+async def test_versions_are_conditional_on_the_parent_and_share_revisions(store: ControlPlaneStore) -> None:
     await store.create_dataset(dataset(), version(), items(("i1", "r1"), ("i2", "r2")))
     assert await store.add_dataset_version(version(n=2, parent=1, count=2), items(("i2", "r2"), ("i1", "r1b")))
     assert not await store.add_dataset_version(version(n=2, parent=1, count=1), items(("i9", "r9")))  # stale
@@ -76,7 +78,7 @@ async def test_concurrent_edits_of_one_version_land_once(stores: OpenStore) -> N
     assert len(await one.version_items("ds1", 2)) == 1
 
 
-async def test_list_datasets_newest_first_filtered_by_team(store: Store) -> None:
+async def test_list_datasets_newest_first_filtered_by_team(store: ControlPlaneStore) -> None:
     await store.create_dataset(dataset("d1", "a", "x", 1.0), version("d1"), [])
     await store.create_dataset(dataset("d2", "b", "x", 2.0), version("d2"), [])
     await store.create_dataset(dataset("d3", "a", "y", 3.0), version("d3"), [])
@@ -137,7 +139,7 @@ async def test_comparison_request_keys(stores: OpenStore) -> None:
     assert await store.list_comparisons(suite_id="su9") == []
 
 
-async def test_a_1000_item_version_round_trips(store: Store, backend: Any) -> None:
+async def test_a_1000_item_version_round_trips(store: ControlPlaneStore, backend: Any) -> None:
     import time
 
     rows = [ItemRow(f"item-{n:04d}", f"rev-{n:04d}", '{"input":[{"role":"user","content":"q%d"}]}' % n)

@@ -1,4 +1,4 @@
-"""The running-groups part of the store contract (:class:`sidecar.store.base.CorpusRunStore`),
+"""The running-groups part of the store contract (:class:`sidecar.collector.store.base.CorpusRunStore`),
 on every backend (``-k sqlite`` / ``-k postgres``): the group's cap is never passed, a claim
 is taken once, an expired claim becomes ``invocation_indeterminate`` with its worst case held,
 a linked retry is queued once."""
@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from sidecar.store import Store
-from sidecar.store.corpus_records import ComparisonRecord, DatasetRecord, DatasetVersion, SuiteRecord
-from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
+import pytest
+
+from sidecar.collector.store import ControlPlaneStore
+from sidecar.collector.store.corpus_records import ComparisonRecord, DatasetRecord, DatasetVersion, SuiteRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
 from tests.store.conftest import OpenStore
 
+pytestmark = pytest.mark.collector_store
 
-async def group(store: Store, cid: str = "cg1", cap: int = 1000) -> None:
+
+async def group(store: ControlPlaneStore, cid: str = "cg1", cap: int = 1000) -> None:
     await store.create_dataset(DatasetRecord("ds1", "a", "d", 1, 1.0, None),
                                DatasetVersion("ds1", 1, "import", None, 0, "d", 1.0, None), [])
     await store.save_suite(SuiteRecord("su1", "a", "s", 0, "ds1", 1, None, None, "[]", "d", 1.0, None))
@@ -30,7 +34,7 @@ def attempt(n: int, reserve: int, *, rep: int = 1, number: int = 1, lease: float
                          number, None, status, owner, lease, reserve, 3.0)
 
 
-async def test_claims_reserve_against_the_cap_and_settle_no_more_than_reserved(store: Store) -> None:
+async def test_claims_reserve_against_the_cap_and_settle_no_more_than_reserved(store: ControlPlaneStore) -> None:
     await group(store)
     assert (await store.get_comparison("cg1")).status == "running"  # type: ignore[union-attr]
     assert await store.begin_run("missing", cap_micros=1, now=1.0) is None
@@ -62,7 +66,7 @@ async def test_concurrent_claims_never_pass_the_cap(stores: OpenStore) -> None:
     assert run is not None and run.reserved_micros == 900 <= run.cap_micros
 
 
-async def test_expired_claims_become_indeterminate_with_their_worst_case_held(store: Store) -> None:
+async def test_expired_claims_become_indeterminate_with_their_worst_case_held(store: ControlPlaneStore) -> None:
     await group(store)
     assert await store.claim_attempt(attempt(1, 200, lease=10.0)) == "claimed"
     assert await store.claim_attempt(attempt(2, 300, lease=50.0, owner="other")) == "claimed"
@@ -82,7 +86,7 @@ async def test_expired_claims_become_indeterminate_with_their_worst_case_held(st
     assert not await store.finish_attempt(late, charge_micros=0, scores=[]), "a retired claim stays retired"
 
 
-async def test_a_linked_retry_is_queued_once_and_claimed_like_a_new_attempt(store: Store) -> None:
+async def test_a_linked_retry_is_queued_once_and_claimed_like_a_new_attempt(store: ControlPlaneStore) -> None:
     await group(store)
     assert await store.claim_attempt(attempt(1, 100, lease=1.0)) == "claimed"
     original = attempt(1, 0).id

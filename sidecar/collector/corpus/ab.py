@@ -59,7 +59,7 @@ from sidecar.collector.corpus.plan import Arm, plan_worst_case, suite_items
 from sidecar.collector.corpus.runs import latest_attempts
 from sidecar.errors import NotFound
 from sidecar.services.access import visible
-from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
 
 SIDES = ("baseline", "candidate")
 TYPES = ("model", "agent", "prompt")

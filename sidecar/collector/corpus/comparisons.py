@@ -52,7 +52,7 @@ from sidecar.collector.corpus.suites import SuiteService
 from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
 from sidecar.errors import BadRequest, Conflict, NotFound
 from sidecar.services.access import visible
-from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.store.errors import IdempotencyConflict
 
 

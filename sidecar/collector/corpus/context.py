@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterable, Callable, Protocol
 
 from sidecar.ingest.wire import Exchange
-from sidecar.store.base import CorpusRunStore, CorpusStore, PostureStore
+from sidecar.collector.store.base import CorpusRunStore, CorpusStore
+from sidecar.store.base import PostureStore
 from sidecar.trials.create import Resolved, TrialDefaults
 
 

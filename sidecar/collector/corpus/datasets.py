@@ -32,7 +32,7 @@ from sidecar.collector.corpus.items import Item, ItemIn, build_items, decode_row
 from sidecar.errors import BadRequest, Conflict, Forbidden, NotFound
 from sidecar.ingest.wire import Exchange, split_path
 from sidecar.services.access import require, visible
-from sidecar.store.corpus_records import DatasetRecord, DatasetVersion, ItemRow, SliceRecord
+from sidecar.collector.store.corpus_records import DatasetRecord, DatasetVersion, ItemRow, SliceRecord
 from sidecar.trials.create import MAX_NAME_CHARS, NAME_PATTERN, NAME_RULE
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_CHARS, pattern=NAME_PATTERN)]

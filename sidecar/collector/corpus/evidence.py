@@ -23,7 +23,7 @@ from policies.roles import Principal
 from sidecar.collector.corpus.context import CorpusContext
 from sidecar.collector.corpus.plan import load_plan
 from sidecar.errors import BadRequest, NotFound
-from sidecar.store.corpus_run_records import FINAL, AttemptRecord, ScoreRecord
+from sidecar.collector.store.corpus_run_records import FINAL, AttemptRecord, ScoreRecord
 
 #: The score statuses that carry a grade, and the one that says the metric does not apply.
 _NOT_APPLICABLE = "not_applicable"

@@ -22,7 +22,7 @@ from policies import spend
 from policies.money import Cost, Price
 from sidecar.collector.corpus.items import Item
 from sidecar.providers.base import ProviderResult
-from sidecar.store.corpus_run_records import ScoreRecord
+from sidecar.collector.store.corpus_run_records import ScoreRecord
 
 _RATING = re.compile(r"\[\[\s*rating\s*:\s*(-?\d+)\s*\]\]", re.IGNORECASE)
 

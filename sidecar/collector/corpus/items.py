@@ -39,7 +39,7 @@ import msgspec
 from policies.graders import canonical, content_hash
 from sidecar.collector.corpus.errors import InvalidDataset
 from sidecar.ingest.wire import split_path
-from sidecar.store.corpus_records import ItemRow
+from sidecar.collector.store.corpus_records import ItemRow
 from sidecar.trials.create import NAME_PATTERN, NAME_RULE
 
 MAX_ITEMS = 100_000

@@ -18,8 +18,8 @@ from policies.money import Price, input_tokens_upper_bound, worst_case_micros
 from policies.reservation import BYTES_PER_TOKEN_ESTIMATE
 from sidecar.collector.corpus.datasets import slice_rows
 from sidecar.collector.corpus.items import Item, decode_row
-from sidecar.store.base import CorpusStore
-from sidecar.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.base import CorpusStore
+from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.trials.create import Resolved
 
 

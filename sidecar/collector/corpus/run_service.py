@@ -29,8 +29,8 @@ from sidecar.collector.corpus.datasets import require_write
 from sidecar.collector.corpus.plan import load_plan
 from sidecar.collector.corpus.runs import attempt_view, report
 from sidecar.errors import Conflict, NotFound, PromotionRefused
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, attempt_id
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, attempt_id
 
 
 class RetryIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -8,7 +8,7 @@ called, at twice the cost), the arms' order rotating from item to item, then gra
 ``items_in_flight`` items are in hand at once.
 
 **Each invocation** has a stable attempt identity (group, arm, item id, item revision id,
-repetition, attempt; :func:`sidecar.store.corpus_run_records.attempt_id`) and is *claimed*
+repetition, attempt; :func:`sidecar.collector.store.corpus_run_records.attempt_id`) and is *claimed*
 in the store before its call, in the transaction that reserves its worst case against the
 group's cap (one conditional update, ``spent + reserved + amount <= cap``); the settlement
 after the call charges the priced usage, or the whole reservation when the cost is not
@@ -67,10 +67,10 @@ from sidecar.collector.corpus.plan import (
 from sidecar.engine.case import ORDER_KEY
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import ChatRequest, Provider
-from sidecar.store.base import Store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.supervise import RESTART, Supervisor
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, ScoreRecord, attempt_id
 from sidecar.trials.create import Resolved
 
 log = logging.getLogger("shadowtrial.corpus.runner")
@@ -102,7 +102,7 @@ class _GroupState:
 class CorpusRunner:
     """See the module's docs. ``start()`` / ``stop()`` on the loop that owns ``store`` and the providers."""
 
-    def __init__(self, *, store: Store, open_providers: Callable[[], Mapping[str, Provider]],
+    def __init__(self, *, store: ControlPlaneStore, open_providers: Callable[[], Mapping[str, Provider]],
                  resolve: Callable[[str], Resolved], settings: RunnerSettings = RunnerSettings(),
                  clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None) -> None:
         self._store = store

@@ -41,7 +41,7 @@ from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delt
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
 from sidecar.collector.corpus.plan import GroupPlan
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 Key = tuple[str, str, str, int]
 

@@ -48,7 +48,7 @@ from sidecar.collector.corpus.datasets import Name, require_write
 from sidecar.collector.corpus.errors import InvalidSuite, VersionMismatch
 from sidecar.errors import NotFound
 from sidecar.services.access import visible
-from sidecar.store.corpus_records import SuiteRecord
+from sidecar.collector.store.corpus_records import SuiteRecord
 
 MAX_METRICS = 20
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from sidecar.collector.collected import CollectedRecords
-from sidecar.store import Store, make_store
+from sidecar.collector.store import ControlPlaneStore, make_collector_store
 from sidecar.trials.spec import spec_effects
 from tests.store.factories import trial
 from uplink.collector_store import Held
@@ -27,7 +27,7 @@ def spec(status: str, at: float, *, site: str | None = None) -> Held:
 
 @pytest.fixture
 async def records(tmp_path: Path) -> AsyncIterator[CollectedRecords]:
-    store: Store = make_store(str(tmp_path / "c.db"))
+    store: ControlPlaneStore = make_collector_store(str(tmp_path / "c.db"))
     await store.open()
     yield CollectedRecords(store, control_plane=None, clock=lambda: 50.0)
     await store.close()

@@ -17,8 +17,8 @@ from sidecar.auth.verify import Verifier
 from sidecar.collector.corpus.api import corpus_app
 from sidecar.collector.corpus.context import CorpusContext, RetainedSource
 from sidecar.ingest.wire import Exchange
-from sidecar.store import make_store
-from sidecar.store.base import Store
+from sidecar.collector.store import make_collector_store
+from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.trials.create import Resolved, TrialDefaults
 from tests.harness import AuthKit
 
@@ -40,7 +40,7 @@ class CorpusKit:
             "free-model": Resolved("fake", "upstream-free", None),
             "judge-1": Resolved("fake", "upstream-judge", Price(1_000_000, 4_000_000)),  # the suites' judge: priced
         }
-        self.store: Store | None = None
+        self.store: ControlPlaneStore | None = None
         self._runner: web.AppRunner | None = None
         self.client = httpx.AsyncClient(timeout=30.0)
         self.url = ""
@@ -51,7 +51,7 @@ class CorpusKit:
         return self.models[name]
 
     async def __aenter__(self) -> CorpusKit:
-        self.store = make_store(self.store_url)
+        self.store = make_collector_store(self.store_url)
         await self.store.open()
         ctx = CorpusContext(store=self.store, clock=time.time, resolve=self.resolve, defaults=DEFAULTS,
                             default_retention=lambda team: self.retention.get(team, True), retained=self.retained)

@@ -14,7 +14,7 @@ from sidecar.api.kit import errors_middleware
 from sidecar.api.principal import PRINCIPAL
 from sidecar.collector.corpus.api import corpus_app, install
 from sidecar.collector.corpus.context import CorpusContext
-from sidecar.store import make_store
+from sidecar.collector.store import make_collector_store
 from tests.sidecar.collector.corpus.corpus_kit import DEFAULTS
 
 
@@ -27,7 +27,7 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 
 async def test_mounted_under_v1_and_installed(tmp_path: Path) -> None:
-    store = make_store(str(tmp_path / "c.db"))
+    store = make_collector_store(str(tmp_path / "c.db"))
     await store.open()
     ctx = CorpusContext(store=store, clock=time.time, resolve=lambda m: (_ for _ in ()).throw(LookupError(m)),
                         defaults=DEFAULTS, default_retention=lambda team: True)

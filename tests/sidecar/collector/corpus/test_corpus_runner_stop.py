@@ -20,8 +20,8 @@ from sidecar.collector.corpus.runner import CorpusRunner, RunnerSettings
 from sidecar.demo.fake_provider import FakeProvider
 from sidecar.engine.parts import open_providers, price_book, resolver
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
-from sidecar.store.base import Store
-from sidecar.store.corpus_run_records import RunRecord
+from sidecar.collector.store.base import ControlPlaneStore
+from sidecar.collector.store.corpus_run_records import RunRecord
 from tests.harness import wait_for
 from tests.sidecar.collector.corpus.runs_kit import Api, collector_toml, config_of, group_body, open_collector, planted_models, start_group
 
@@ -63,7 +63,7 @@ class TakingStore:
     """The collector's store; the runner's second read of the run — as it takes the second item,
     after the first is in hand — waits until the stop has begun."""
 
-    def __init__(self, inner: Store, gates: Gates) -> None:
+    def __init__(self, inner: ControlPlaneStore, gates: Gates) -> None:
         self._inner, self._gates = inner, gates
         self._reads = 0
 
@@ -99,7 +99,7 @@ async def test_a_stop_while_an_item_is_being_taken_drains_what_was_claimed(tmp_p
             def providers() -> Mapping[str, Provider]:
                 return {name: HeldProvider(p, gates) for name, p in open_providers(config).items()}
 
-            runner = CorpusRunner(store=cast(Store, TakingStore(server.store, gates)), open_providers=providers,
+            runner = CorpusRunner(store=cast(ControlPlaneStore, TakingStore(server.store, gates)), open_providers=providers,
                                   resolve=resolver(config, price_book(config)),
                                   settings=RunnerSettings(drain_s=30.0, items_in_flight=2))
             await runner.start()

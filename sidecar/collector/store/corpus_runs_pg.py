@@ -1,5 +1,5 @@
-"""Running comparison groups in PostgreSQL (:class:`sidecar.store.base.CorpusRunStore`), mixed
-into :class:`sidecar.store.postgres.PostgresStore`.
+"""Running comparison groups in PostgreSQL (:class:`sidecar.collector.store.base.CorpusRunStore`), mixed
+into :class:`sidecar.collector.store.postgres.CollectorPostgresStore`.
 
 Concurrency: the reservation is one conditional update of the group's ledger row
 (``spent + reserved + amount <= cap``), so collectors sharing the database never pass the cap
@@ -13,8 +13,8 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 T = TypeVar("T")
 Conn = Any

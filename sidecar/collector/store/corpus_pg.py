@@ -1,5 +1,5 @@
-"""The corpus part of the PostgreSQL store (:class:`sidecar.store.base.CorpusStore`), mixed
-into :class:`sidecar.store.postgres.PostgresStore`.
+"""The corpus part of the PostgreSQL store (:class:`sidecar.collector.store.base.CorpusStore`), mixed
+into :class:`sidecar.collector.store.postgres.CollectorPostgresStore`.
 
 Concurrency: a new dataset version moves ``latest_version`` with one conditional update
 (the row lock makes a concurrent edit of the same parent wait, then find it moved, and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,

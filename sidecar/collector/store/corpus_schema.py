@@ -1,7 +1,7 @@
-"""The corpus tables (issue 13), one migration for each store: appended to
-:data:`sidecar.store.schema.MIGRATIONS` (SQLite) and :data:`sidecar.store.schema_pg.MIGRATIONS`
-(PostgreSQL). Item content lives once per revision (``dataset_revisions``); a version is the
-ordered list of (item, revision) pairs it holds (``dataset_items``).
+"""The corpus tables (issue 13), one migration for each dialect: the collector's migration 2
+(:mod:`sidecar.collector.store.schema`). Item content lives once per revision
+(``dataset_revisions``); a version is the ordered list of (item, revision) pairs it holds
+(``dataset_items``).
 """
 
 from __future__ import annotations

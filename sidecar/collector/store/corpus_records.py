@@ -6,7 +6,7 @@ is uploaded on purpose, so it is kept.
 Immutability. A dataset version, an item revision, a slice version and a suite version are
 written once and never updated; an edit is a new version. The only mutable fact is a
 dataset's ``latest_version``, moved by a conditional update, so two concurrent edits of
-the same version cannot both land (:meth:`~sidecar.store.base.CorpusStore.add_dataset_version`).
+the same version cannot both land (:meth:`~sidecar.collector.store.base.CorpusStore.add_dataset_version`).
 """
 
 from __future__ import annotations

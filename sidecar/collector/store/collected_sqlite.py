@@ -1,5 +1,5 @@
-"""What a collector holds of the uplink, in the SQLite store (:class:`sidecar.store.base.CollectedStore`),
-mixed into :class:`sidecar.store.sqlite.SQLiteStore`."""
+"""What a collector holds of the uplink, in the SQLite store (:class:`sidecar.collector.store.base.CollectedStore`),
+mixed into :class:`sidecar.collector.store.sqlite.CollectorSQLiteStore`."""
 
 from __future__ import annotations
 

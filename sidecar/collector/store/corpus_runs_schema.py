@@ -1,5 +1,6 @@
-"""The tables of running comparison groups (issue 13, items 3-4): SQLite migration 13 and
-PostgreSQL migration 12 (:mod:`sidecar.store.corpus_run_records` describes the rows)."""
+"""The tables of running comparison groups (issue 13, items 3-4): the collector's migration 3
+(:mod:`sidecar.collector.store.schema`); :mod:`sidecar.collector.store.corpus_run_records`
+describes the rows."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a collector holds of the uplink, in the PostgreSQL store (:class:`sidecar.store.base.CollectedStore`),
-mixed into :class:`sidecar.store.postgres.PostgresStore`."""
+"""What a collector holds of the uplink, in the PostgreSQL store (:class:`sidecar.collector.store.base.CollectedStore`),
+mixed into :class:`sidecar.collector.store.postgres.CollectorPostgresStore`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The corpus part of the SQLite store (:class:`sidecar.store.base.CorpusStore`), mixed
-into :class:`sidecar.store.sqlite.SQLiteStore`: every statement on its store thread, each
+"""The corpus part of the SQLite store (:class:`sidecar.collector.store.base.CorpusStore`), mixed
+into :class:`sidecar.collector.store.sqlite.CollectorSQLiteStore`: every statement on its store thread, each
 write one ``BEGIN IMMEDIATE`` transaction, so the next version of a slice or a suite is
 numbered under SQLite's write lock."""
 
@@ -9,7 +9,7 @@ import dataclasses
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import (
+from sidecar.collector.store.corpus_records import (
     ComparisonRecord,
     DatasetRecord,
     DatasetVersion,

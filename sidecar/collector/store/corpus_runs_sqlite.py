@@ -1,5 +1,5 @@
-"""Running comparison groups in SQLite (:class:`sidecar.store.base.CorpusRunStore`), mixed into
-:class:`sidecar.store.sqlite.SQLiteStore`. Each write is one ``BEGIN IMMEDIATE`` transaction,
+"""Running comparison groups in SQLite (:class:`sidecar.collector.store.base.CorpusRunStore`), mixed into
+:class:`sidecar.collector.store.sqlite.CollectorSQLiteStore`. Each write is one ``BEGIN IMMEDIATE`` transaction,
 so a reservation (``spent + reserved + amount <= cap``, one conditional update) and the
 claim it pays for land together or not at all."""
 
@@ -10,8 +10,8 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-from sidecar.store.corpus_records import ComparisonRecord
-from sidecar.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.corpus_records import ComparisonRecord
+from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 
 T = TypeVar("T")
 
