@@ -190,8 +190,8 @@ def _looks_ndjson(body: bytes, content_type: str) -> bool:
         return False
 
 
-def _where(exc: msgspec.DecodeError, data: bytes) -> tuple[str, str | None]:
-    """A msgspec error's message and the path of the bad field, found in ``data`` when msgspec
+def where_decode_failed(exc: msgspec.DecodeError, data: bytes) -> tuple[str, str | None]:
+    """(Also for the admin API's bodies, :mod:`sidecar.trials.create`.) A msgspec error's message and the path of the bad field, found in ``data`` when msgspec
     gives only a byte (a malformed document) or leaves an object key out (``params[...]``)."""
     message, path = split_path(str(exc))
     if path is None:
@@ -222,11 +222,11 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
             # decoder reaches the second document; read it line by line so the error names
             # the line. A pretty-printed single object does not parse line by line.
             if stripped[:1] == b"[" or b"\n" not in stripped.rstrip() or not _first_line_is_json(stripped):
-                msg, path = _where(exc, body)
+                msg, path = where_decode_failed(exc, body)
                 raise DecodeError(msg, path) from exc
         except msgspec.DecodeError as exc:
             if b"\n" not in stripped.rstrip():
-                raise DecodeError(*_where(exc, body)) from exc
+                raise DecodeError(*where_decode_failed(exc, body)) from exc
             # Several JSON documents on several lines: NDJSON without the header.
     out: list[tuple[str, Exchange]] = []
     for lineno, line in enumerate(body.splitlines(), start=1):
@@ -236,7 +236,7 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
         try:
             out.append((f"{where}$", _one.decode(line)))
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            msg, path = _where(exc, line)
+            msg, path = where_decode_failed(exc, line)
             raise DecodeError(f"{where}{msg}", f"{where}{path or '$'}") from exc
         except RecursionError:
             raise DecodeError(f"{where}{_TOO_DEEP}", f"{where}$") from None

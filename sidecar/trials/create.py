@@ -24,7 +24,7 @@ from policies.site import Site
 from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE_PER_MTOK_USD
 from sidecar.errors import BadRequest, SpendUnbounded
 from sidecar.store.records import TrialRecord, TrialStatus
-from sidecar.ingest.wire import split_path
+from sidecar.ingest.wire import DecodeError, check_utf8, split_path, where_decode_failed
 
 #: The accepted ranges of the body's values, one place (shared ones with the config file in
 #: :mod:`sidecar.config`); the README's API section lists them and the OpenAPI document shows
@@ -121,13 +121,17 @@ _REGEX_MESSAGE = re.compile(r"Expected `str` matching regex '.*'")
 def decode_create(body: bytes) -> TrialCreate:
     """Decode and check a create body; :class:`BadRequest` names the first bad field's JSON path."""
     try:
+        check_utf8(body, "application/json")  # invalid UTF-8 anywhere, a key included, is named
         create = _create_decoder.decode(body)
+    except DecodeError as exc:
+        raise BadRequest(f"body is not JSON: {exc}", field=exc.path) from exc
     except msgspec.ValidationError as exc:
         message, path = split_path(str(exc))
         # The name pattern is for machines (it is in the OpenAPI document); people get the rule.
         raise BadRequest(_REGEX_MESSAGE.sub(f"Expected {NAME_RULE}", message), field=path) from exc
-    except msgspec.DecodeError as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from exc
+    except msgspec.DecodeError as exc:  # malformed JSON, a NaN literal: named where it is
+        message, path = where_decode_failed(exc, body)
+        raise BadRequest(f"body is not JSON: {message}", field=path) from exc
     for path, price in (("$.candidate_price", create.candidate_price), ("$.judge_price", create.judge_price),
                         ("$.incumbent_price", create.incumbent_price)):
         if price is None:

@@ -266,3 +266,25 @@ async def test_an_unexpected_error_is_a_500_in_the_json_shape() -> None:
             }}
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        # Invalid UTF-8 in a key (msgspec would read it as an unknown field) and in a value.
+        (b'{"team": "team-a", "incumbent_model": "m", "candidate_model": "c", "spend_cap_usd": 5, "ro\xffute": "x"}',
+         '$["ro\\xffute"]'),
+        (b'{"team": "team-\xff", "incumbent_model": "m", "candidate_model": "c", "spend_cap_usd": 5}', "$.team"),
+        # A NaN literal and malformed JSON are named where they are (issue 21, item 6).
+        (b'{"team": "team-a", "incumbent_model": "m", "candidate_model": "c", "spend_cap_usd": NaN}',
+         "$.spend_cap_usd"),
+        (b'{"team": "team-a", "incumbent_model": "m", "candidate_model": "c", "spend_cap_usd": 5,,}', "$"),
+    ],
+)
+async def test_a_body_that_is_not_json_is_400_naming_where(tmp_path: Path, raw: bytes, field: str) -> None:
+    async with Harness(tmp_path) as h:
+        r = await h.admin.post("/v1/trials", content=raw, headers={"Content-Type": "application/json"})
+        err = error_of(r)
+        assert (r.status_code, err["code"]) == (400, "invalid_request"), err
+        assert err["field"] is not None and err["field"].startswith(field[:3]), err
+        assert err["field"] == field or field == "$", err
