@@ -38,7 +38,8 @@ from policies.paired import paired_figures
 from sidecar.store.corpus_pg import PostgresCorpus
 from sidecar.store.corpus_runs_pg import PostgresCorpusRuns
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store import reports
+from sidecar.store import outbox_sql, reports
+from sidecar.store.dialect import pg, rowcount
 from sidecar.store.records import (
     CaseFinish,
     CaseStart,
@@ -543,30 +544,20 @@ class PostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresWatches, Postgre
         return [LedgerEntry(r["seq"], r["trial_id"], r["case_id"], r["kind"], r["micros"], r["at"]) for r in rows]
 
     async def outbox(self, *, limit: int = 1000) -> list[OutboxRecord]:
-        rows = await self._open_pool().fetch("SELECT record_id, topic, body FROM outbox ORDER BY seq LIMIT $1", limit)
+        rows = await self._open_pool().fetch(*pg(outbox_sql.LIST, limit))
         return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
 
     # -- the uplink's delivery (sidecar.store.base.OutboxDelivery) -------------
 
     async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
-        # Pick and lease in one statement: SKIP LOCKED passes over rows another sidecar is
-        # leasing this instant, and the lease keeps them its own after that commit.
-        rows = await self._open_pool().fetch(
-            "WITH picked AS ("
-            " SELECT seq FROM outbox WHERE claimed_by IS NULL OR claimed_by = $1 OR lease_until < $2"
-            " ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED) "
-            "UPDATE outbox o SET claimed_by = $1, lease_until = $4 FROM picked WHERE o.seq = picked.seq "
-            "RETURNING o.seq, o.record_id, o.body",
-            owner, now, limit, now + lease_s,
-        )
+        rows = await self._open_pool().fetch(*pg(outbox_sql.CLAIM, owner, now + lease_s, owner, now, limit))
         return [(r["record_id"], r["body"].encode()) for r in sorted(rows, key=lambda r: r["seq"])]
 
     async def delete_outbox(self, record_ids: Sequence[str]) -> int:
-        result = await self._open_pool().execute("DELETE FROM outbox WHERE record_id = ANY($1::text[])", list(record_ids))
-        return int(result.split()[-1])
+        return rowcount(await self._open_pool().execute(*pg(outbox_sql.DELETE, record_ids)))
 
     async def outbox_depth(self) -> int:
-        return int(await self._open_pool().fetchval("SELECT COUNT(*) FROM outbox"))
+        return int(await self._open_pool().fetchval(outbox_sql.DEPTH))
 
     async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
         return await self._tx(lambda conn: _enqueue(conn, records, now))
@@ -576,10 +567,7 @@ async def _report(conn: Conn, case_ids: Sequence[str], now: float) -> None:
     """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
     if not case_ids:
         return
-    rows = await conn.fetch(
-        f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id WHERE c.id = ANY($1::text[])",
-        list(case_ids),
-    )
+    rows = await conn.fetch(*pg(reports.FINISHED, case_ids))
     await _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
 
 
@@ -592,12 +580,7 @@ async def _enqueue(conn: Conn, effects: Sequence[OutboxRecord], at: float) -> in
     """Write outbox records, each unless its id is there already; how many went in."""
     added = 0
     for e in effects:
-        done = await conn.fetchval(
-            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES ($1, $2, $3, $4) "
-            "ON CONFLICT (record_id) DO NOTHING RETURNING 1",
-            e.record_id, e.topic, e.body, at,
-        )
-        added += done is not None
+        added += rowcount(await conn.execute(*pg(outbox_sql.ENQUEUE, e.record_id, e.topic, e.body, at)))
     return added
 
 

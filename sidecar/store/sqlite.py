@@ -20,7 +20,8 @@ from policies.paired import paired_figures
 from sidecar.store.corpus_runs_sqlite import SQLiteCorpusRuns
 from sidecar.store.corpus_sqlite import SQLiteCorpus
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store import reports
+from sidecar.store import outbox_sql, reports
+from sidecar.store.dialect import chunks, sq
 from sidecar.store.records import (
     CaseFinish,
     ended_outcome,
@@ -551,8 +552,7 @@ class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches, SQLiteCollected
 
     async def outbox(self, *, limit: int = 1000) -> list[OutboxRecord]:
         def fn(conn: sqlite3.Connection) -> list[OutboxRecord]:
-            rows = conn.execute("SELECT record_id, topic, body FROM outbox ORDER BY seq LIMIT ?", (limit,))
-            return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
+            return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in conn.execute(*sq(outbox_sql.LIST, limit))]
 
         return await self._run(fn)
 
@@ -560,33 +560,19 @@ class SQLiteStore(SQLiteCorpus, SQLiteCorpusRuns, SQLiteWatches, SQLiteCollected
 
     async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
         def fn(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
-            rows = conn.execute(
-                "SELECT seq, record_id, body FROM outbox "
-                "WHERE claimed_by IS NULL OR claimed_by = ? OR lease_until < ? ORDER BY seq LIMIT ?",
-                (owner, now, limit),
-            ).fetchall()
-            conn.executemany(
-                "UPDATE outbox SET claimed_by = ?, lease_until = ? WHERE seq = ?",
-                [(owner, now + lease_s, r["seq"]) for r in rows],
-            )
-            return [(r["record_id"], r["body"].encode()) for r in rows]
+            rows = conn.execute(*sq(outbox_sql.CLAIM, owner, now + lease_s, owner, now, limit)).fetchall()
+            return [(r["record_id"], r["body"].encode()) for r in sorted(rows, key=lambda r: r["seq"])]
 
         return await self._write(fn)
 
     async def delete_outbox(self, record_ids: Sequence[str]) -> int:
         def fn(conn: sqlite3.Connection) -> int:
-            gone = 0
-            for rid in record_ids:
-                gone += conn.execute("DELETE FROM outbox WHERE record_id = ?", (rid,)).rowcount
-            return gone
+            return sum(conn.execute(*sq(outbox_sql.DELETE, ids)).rowcount for ids in chunks(record_ids))
 
         return await self._write(fn)
 
     async def outbox_depth(self) -> int:
-        def fn(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
-
-        return await self._run(fn)
+        return await self._run(lambda conn: int(conn.execute(outbox_sql.DEPTH).fetchone()[0]))
 
     async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
         return await self._write(lambda conn: _enqueue(conn, records, now))
@@ -643,12 +629,8 @@ def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float,
 
 def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> None:
     """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
-    for start in range(0, len(case_ids), 500):
-        chunk = list(case_ids[start:start + 500])
-        rows = conn.execute(
-            f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id "
-            f"WHERE c.id IN ({', '.join('?' for _ in chunk)})", chunk,
-        ).fetchall()
+    for ids in chunks(case_ids):
+        rows = conn.execute(*sq(reports.FINISHED, ids)).fetchall()
         _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
 
 
@@ -680,13 +662,7 @@ def _pause(
 
 def _enqueue(conn: sqlite3.Connection, effects: Sequence[OutboxRecord], at: float) -> int:
     """Write outbox records, each unless its id is there already; how many went in."""
-    added = 0
-    for e in effects:
-        added += conn.execute(
-            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-            (e.record_id, e.topic, e.body, at),
-        ).rowcount
-    return added
+    return sum(conn.execute(*sq(outbox_sql.ENQUEUE, e.record_id, e.topic, e.body, at)).rowcount for e in effects)
 
 
 def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
