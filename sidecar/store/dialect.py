@@ -8,8 +8,9 @@ driver takes, cached per statement (and per list length, in SQLite):
 * ``?:type`` a parameter PostgreSQL must be told the type of (``$n::type``; SQLite drops it);
 * ``IN ?[]`` (or ``IN ?[type]``) a list parameter: ``IN (?, ?, …)`` expanded to the list's
   length in SQLite, ``= ANY($n::text[])`` with the list as one array in PostgreSQL;
-* ``{GREATEST}`` the scalar maximum (``MAX`` in SQLite), ``{SKIP_LOCKED}`` a ``FOR UPDATE
-  SKIP LOCKED`` PostgreSQL takes and SQLite (one writer at a time) has no use for.
+* ``{GREATEST}`` the scalar maximum (``MAX`` in SQLite); ``{FOR_UPDATE}`` and ``{SKIP_LOCKED}``
+  the row locks PostgreSQL takes and SQLite (one writer at a time, under its write lock) has
+  no use for; ``{COLLATE_C}`` byte order, SQLite's own.
 
 ``IS NOT DISTINCT FROM``, ``RETURNING``, ``ON CONFLICT … DO NOTHING / DO UPDATE`` and
 ``UPDATE … FROM`` are spelled alike by both (SQLite 3.39 and later). What cannot be one
@@ -70,9 +71,21 @@ class Dialect:
             return "?"
 
         sql = _TOKEN.sub(sub, statement)
-        return sql.replace("{GREATEST}", "GREATEST" if self.postgres else "MAX").replace(
-            "{SKIP_LOCKED}", "FOR UPDATE SKIP LOCKED" if self.postgres else ""
-        )
+        for token, (lite, post) in _WORDS.items():
+            sql = sql.replace(token, post if self.postgres else lite)
+        return sql
+
+    def sql(self, statement: str) -> str:
+        """The statement alone (for ``executemany``; it takes no list parameter)."""
+        return self.bind(statement)[0]
+
+
+_WORDS = {
+    "{GREATEST}": ("MAX", "GREATEST"),
+    "{FOR_UPDATE}": ("", "FOR UPDATE"),
+    "{SKIP_LOCKED}": ("", "FOR UPDATE SKIP LOCKED"),
+    "{COLLATE_C}": ("", 'COLLATE "C"'),
+}
 
 
 _KINDS: dict[str, tuple[bool, ...]] = {}
