@@ -32,6 +32,7 @@ _TOKEN = re.compile(r"IN \?\[(\w*)\]|\?(?::(\w+))?")
 @dataclass(frozen=True)
 class Dialect:
     name: str  # "sqlite" | "postgres"
+    _plain: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     _cache: dict[tuple[str, tuple[int, ...]], str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -41,20 +42,29 @@ class Dialect:
     def bind(self, statement: str, *args: Any) -> tuple[str, tuple[Any, ...]]:
         """The statement in this dialect and its arguments as the driver takes them. A list
         parameter (``IN ?[]``) takes a sequence."""
-        lists = tuple(len(a) for a, t in zip(args, _kinds(statement)) if t) if not self.postgres else ()
-        key = (statement, lists)
-        sql = self._cache.get(key)
-        if sql is None:
-            sql = self._cache[key] = self._render(statement, lists)
+        sql = self._plain.get(statement)
+        if sql is not None:  # the common case: no list parameter, the arguments as they are
+            return sql, args
+        kinds = _kinds(statement)
+        if not any(kinds):
+            sql = self._plain[statement] = self._render(statement, ())
+            return sql, args
         if self.postgres:
-            return sql, tuple(list(a) if kind else a for a, kind in zip(args, _kinds(statement)))
-        flat: list[Any] = []
-        for a, kind in zip(args, _kinds(statement)):
-            if kind:
-                flat.extend(a)
-            else:
-                flat.append(a)
-        return sql, tuple(flat)
+            key: tuple[str, tuple[int, ...]] = (statement, ())
+            bound = tuple(list(a) if kind else a for a, kind in zip(args, kinds))
+        else:
+            key = (statement, tuple(len(a) for a, kind in zip(args, kinds) if kind))
+            flat: list[Any] = []
+            for a, kind in zip(args, kinds):
+                if kind:
+                    flat.extend(a)
+                else:
+                    flat.append(a)
+            bound = tuple(flat)
+        listed = self._cache.get(key)
+        if listed is None:
+            listed = self._cache[key] = self._render(statement, key[1])
+        return listed, bound
 
     def _render(self, statement: str, lists: tuple[int, ...]) -> str:
         numbers = iter(range(1, 1 << 16))
