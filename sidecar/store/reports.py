@@ -24,6 +24,8 @@ COLUMNS = (
     "c.incumbent_latency_ms, c.incumbent_cost_micros, c.incumbent_cost_coverage, "
     "t.team, t.judge_version_id, t.gateway"
 )
+#: The cases recovery just finished, with their trials (a list of case ids).
+FINISHED = f"SELECT {COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id WHERE c.id IN ?[]"
 _COVERAGES = ("complete", "partial", "unknown")
 
 

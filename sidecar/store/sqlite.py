@@ -14,18 +14,18 @@ import dataclasses
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store import reports
+from sidecar.store import cases_sql as c, outbox_sql, reports, trials_sql as t
+from sidecar.store.dialect import SQLITE, chunks, sq
 from sidecar.store.records import (
     CaseFinish,
     ended_outcome,
     CaseStart,
     ClaimOutcome,
     GatewayReport,
-    JudgmentRow,
     KeptState,
     LedgerEntry,
     LedgerKind,
@@ -41,14 +41,6 @@ from sidecar.store.watch_sqlite import SQLiteWatches, apply_effects
 from sidecar.store.retention_sqlite import SQLiteRetention
 
 T = TypeVar("T")
-
-_TRIAL_FIELDS = [f.name for f in dataclasses.fields(TrialRecord)]
-
-
-def _trial(row: sqlite3.Row) -> TrialRecord:
-    values = {k: row[k] for k in _TRIAL_FIELDS}
-    values["prompt_retention"] = bool(values["prompt_retention"])
-    return TrialRecord(**values)
 
 
 class SQLiteStore(SQLiteWatches, SQLiteRetention):
@@ -128,53 +120,25 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     ) -> TrialRecord:
         def fn(conn: sqlite3.Connection) -> TrialRecord:
             if idempotency_key is not None:
-                row = conn.execute("SELECT body_hash, trial_id FROM idempotency WHERE key=?", (idempotency_key,)).fetchone()
-                if row is not None:
+                if conn.execute(*sq(t.TAKE_KEY, idempotency_key, body_hash, trial.id, trial.created_at)).fetchone() is None:
+                    row = conn.execute(*sq(t.KEY, idempotency_key)).fetchone()
                     if row["body_hash"] != body_hash:
                         raise IdempotencyConflict(idempotency_key)
-                    existing = conn.execute("SELECT * FROM trials WHERE id=?", (row["trial_id"],)).fetchone()
-                    return _trial(existing)
-            values = dataclasses.asdict(trial)
-            values["prompt_retention"] = int(trial.prompt_retention)
-            cols = ", ".join(values)
-            marks = ", ".join("?" for _ in values)
-            conn.execute(f"INSERT INTO trials ({cols}) VALUES ({marks})", tuple(values.values()))
-            if idempotency_key is not None:
-                conn.execute(
-                    "INSERT INTO idempotency (key, body_hash, trial_id, created_at) VALUES (?,?,?,?)",
-                    (idempotency_key, body_hash, trial.id, trial.created_at),
-                )
+                    return t.trial(conn.execute(*sq(t.BY_ID, row["trial_id"])).fetchone())
+            conn.execute(*sq(t.INSERT, *dataclasses.astuple(trial)))
             _enqueue(conn, effects, trial.created_at)
             return trial
 
         return await self._write(fn)
 
     async def get_trial(self, trial_id: str) -> TrialRecord | None:
-        def fn(conn: sqlite3.Connection) -> TrialRecord | None:
-            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-            return None if row is None else _trial(row)
-
-        return await self._run(fn)
+        return await self._run(lambda conn: _trial(conn, trial_id))
 
     async def list_trials(
         self, *, teams: Sequence[str] | None = None, status: str | None = None, kind: str | None = None
     ) -> list[TrialRecord]:
-        def fn(conn: sqlite3.Connection) -> list[TrialRecord]:
-            sql = "SELECT * FROM trials WHERE 1=1"
-            args: list[Any] = []
-            if kind is not None:
-                sql += " AND kind=?"
-                args.append(kind)
-            if teams is not None:
-                sql += f" AND team IN ({', '.join('?' for _ in teams)})"
-                args.extend(teams)
-            if status is not None:
-                sql += " AND status=?"
-                args.append(status)
-            sql += " ORDER BY created_at DESC, id"
-            return [_trial(r) for r in conn.execute(sql, args).fetchall()]
-
-        return await self._run(fn)
+        sql, args = t.listing(teams=teams, status=status, kind=kind)
+        return await self._run(lambda conn: [t.trial(r) for r in conn.execute(*sq(sql, *args)).fetchall()])
 
     async def set_trial_status(
         self, trial_id: str, status: str, reason: str | None, *, ended: bool, now: float,
@@ -183,16 +147,11 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         """Set the status unless it already is ``status``; returns (record, changed)."""
 
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
-            cur = conn.execute(
-                "UPDATE trials SET status=?, status_reason=?, "
-                "ended_at=CASE WHEN ? THEN COALESCE(ended_at, ?) ELSE ended_at END WHERE id=? AND status != ? "
-                "AND status != 'adopted'",  # adoption is final (a promotion made it)
-                (status, reason, int(ended), now, trial_id, status),
-            )
-            if cur.rowcount == 1:
-                _enqueue(conn, effects, now)
-            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-            return (None if row is None else _trial(row)), cur.rowcount == 1
+            row = conn.execute(*sq(t.SET_STATUS, status, reason, ended, now, trial_id, status)).fetchone()
+            if row is None:
+                return _trial(conn, trial_id), False
+            _enqueue(conn, effects, now)
+            return t.trial(row), True
 
         return await self._write(fn)
 
@@ -202,18 +161,13 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         effects: Sequence[OutboxRecord] = (), now: float = 0.0,
     ) -> tuple[TrialRecord | None, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[TrialRecord | None, bool]:
-            marks = ", ".join("?" for _ in paused) or "NULL"
-            cur = conn.execute(
-                "UPDATE trials SET status='running', status_reason=NULL, started_by=?, "
-                "execution_site=COALESCE(?, execution_site), prompt_retention=COALESCE(?, prompt_retention) "
-                f"WHERE id=? AND status IN ({marks})",
-                (started_by, execution_site, None if prompt_retention is None else int(prompt_retention),
-                 trial_id, *paused),
-            )
-            if cur.rowcount == 1:
-                _enqueue(conn, effects, now)
-            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-            return (None if row is None else _trial(row)), cur.rowcount == 1
+            row = conn.execute(
+                *sq(t.RESUME, started_by, execution_site, prompt_retention, trial_id, list(paused))
+            ).fetchone()
+            if row is None:
+                return _trial(conn, trial_id), False
+            _enqueue(conn, effects, now)
+            return t.trial(row), True
 
         return await self._write(fn)
 
@@ -225,13 +179,8 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         def fn(conn: sqlite3.Connection) -> TrialRecord | None:
             for column, state in (("sequence", sequence), ("judge_health", judge_health)):
                 if state is not None:
-                    conn.execute(
-                        f"UPDATE trials SET {column}_state=?, {column}_n=? WHERE id=? AND {column}_state IS ? "
-                        f"AND ({column}_n IS NULL OR {column}_n <= ?)",
-                        (state.text, state.n, trial_id, state.folded_from, state.n),
-                    )
-            row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-            return None if row is None else _trial(row)
+                    conn.execute(*sq(t.SAVE_STATE[column], state.text, state.n, trial_id, state.folded_from, state.n))
+            return _trial(conn, trial_id)
 
         return await self._write(fn)
 
@@ -241,59 +190,36 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         return await self._run(lambda conn: _posture(conn, team))
 
     async def seed_posture(self, team: str, *, prompt_retention: bool, cut_over: bool, now: float) -> bool:
-        def fn(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
-                "VALUES (?,?,?,1,?,NULL) ON CONFLICT (team) DO NOTHING",
-                (team, int(prompt_retention), int(cut_over), now),
-            )
-            return cur.rowcount == 1
-
-        return await self._write(fn)
+        return await self._write(
+            lambda conn: conn.execute(*sq(t.SEED_POSTURE, team, prompt_retention, cut_over, now)).rowcount == 1
+        )
 
     async def put_posture(
         self, team: str, *, prompt_retention: bool, cut_over: bool, expected_revision: int | None,
         site: str, now: float, by: str | None, reason: str, effects: Mapping[str, Sequence[OutboxRecord]] | None = None,
     ) -> PostureWrite:
         def fn(conn: sqlite3.Connection) -> PostureWrite:
+            created = conn.execute(*sq(t.CREATE_POSTURE, team, prompt_retention, cut_over, now, by, expected_revision,
+                                       expected_revision)).fetchone()
             current = _posture(conn, team)
-            if expected_revision is not None and expected_revision != (0 if current is None else current.revision):
+            if created is None and expected_revision is not None and expected_revision != (
+                0 if current is None else current.revision
+            ):
                 return PostureWrite(False, current)
-            if current is None:
-                conn.execute(
-                    "INSERT INTO team_posture (team, prompt_retention, cut_over, revision, updated_at, updated_by) "
-                    "VALUES (?,?,?,1,?,?)",
-                    (team, int(prompt_retention), int(cut_over), now, by),
-                )
-            elif (current.prompt_retention, current.cut_over) != (prompt_retention, cut_over):
-                conn.execute(
-                    "UPDATE team_posture SET prompt_retention=?, cut_over=?, revision=revision+1, updated_at=?, "
-                    "updated_by=? WHERE team=?",
-                    (int(prompt_retention), int(cut_over), now, by, team),
+            if current is not None and (current.prompt_retention, current.cut_over) != (prompt_retention, cut_over):
+                current = t.posture(
+                    conn.execute(*sq(t.UPDATE_POSTURE, prompt_retention, cut_over, now, by, team)).fetchone()
                 )
             paused = _pause(conn, team, site, prompt_retention, reason, effects, now)
-            return PostureWrite(True, _posture(conn, team), tuple(paused))
+            return PostureWrite(True, current, tuple(paused))
 
         return await self._write(fn)
 
     async def report_uplink(self, team: str, gateway: str, *, content_uplink: bool, now: float) -> None:
-        await self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO gateway_uplink (team, gateway, content_uplink, last_seen) VALUES (?,?,?,?) "
-                "ON CONFLICT (team, gateway) DO UPDATE SET content_uplink=excluded.content_uplink, "
-                "last_seen=MAX(last_seen, excluded.last_seen)",
-                (team, gateway, int(content_uplink), now),
-            )
-        )
+        await self._write(lambda conn: conn.execute(*sq(t.REPORT_UPLINK, team, gateway, content_uplink, now)))
 
     async def gateway_reports(self, team: str) -> list[GatewayReport]:
-        def fn(conn: sqlite3.Connection) -> list[GatewayReport]:
-            rows = conn.execute(
-                "SELECT gateway, content_uplink, last_seen FROM gateway_uplink WHERE team=? ORDER BY gateway", (team,)
-            )
-            return [GatewayReport(r["gateway"], bool(r["content_uplink"]), r["last_seen"]) for r in rows]
-
-        return await self._run(fn)
+        return await self._run(lambda conn: [t.gateway_report(r) for r in conn.execute(*sq(t.GATEWAY_REPORTS, team))])
 
     async def pause_mismatched(
         self, team: str, *, site: str, prompt_retention: bool, reason: str, now: float,
@@ -306,29 +232,13 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
         def fn(conn: sqlite3.Connection) -> ClaimOutcome:
             # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
-            if conn.execute(
-                "SELECT 1 FROM cases WHERE trial_id=? AND exchange_id=?", (case.trial_id, case.exchange_id)
-            ).fetchone():
+            if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
                 return "duplicate"
-            row = conn.execute("SELECT status FROM trials WHERE id=?", (case.trial_id,)).fetchone()
+            row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
             if row is None:
                 return "not_running"
             ended = ended_outcome(row["status"])
-            cur = conn.execute(
-                "INSERT INTO cases (id, trial_id, exchange_id, owner, state, outcome, reserved_micros, charged_micros, "
-                "incumbent_latency_ms, incumbent_output_tokens, incumbent_cost_micros, incumbent_cost_coverage, "
-                "bodies_json, error, created_at, finished_at) "
-                "VALUES (?,?,?,?,?,?,0,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-                (
-                    case.case_id, case.trial_id, case.exchange_id, case.owner,
-                    "claimed" if ended is None else "finished", ended, None if ended is None else 0,
-                    case.incumbent_latency_ms, case.incumbent_output_tokens, case.incumbent_cost_micros,
-                    case.incumbent_cost_coverage, None if ended else case.bodies_json,
-                    None if ended is None else f"trial is {row['status']}", case.created_at,
-                    None if ended is None else case.created_at,
-                ),
-            )
-            if cur.rowcount != 1:
+            if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
                 return "duplicate"
             if ended is not None:
                 _bump(conn, case.trial_id, ended, 1)
@@ -339,9 +249,9 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
         def fn(conn: sqlite3.Connection) -> ReserveResult:
-            # Only an unfinished case of this trial may reserve: a finished (or
-            # recovered) case is never released again, so its reservation would
-            # stay on the trial for good.
+            # The cap's check and the reservation are one statement, under the write lock. Only
+            # an unfinished case of this trial may reserve: a finished (or recovered) case is
+            # never released again, so its reservation would stay on the trial for good.
             cur = conn.execute(
                 "UPDATE trials SET reserved_micros = reserved_micros + ? "
                 "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
@@ -350,18 +260,9 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             )
             applied = cur.rowcount == 1
             if applied:
-                conn.execute(
-                    "UPDATE cases SET reserved_micros = reserved_micros + ?, "
-                    "state = CASE WHEN state='claimed' THEN 'reserved' ELSE state END WHERE id=?",
-                    (micros, case_id),
-                )
-                conn.execute(
-                    "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)",
-                    (trial_id, case_id, kind, micros, at),
-                )
-            row = conn.execute(
-                "SELECT cap_micros, spent_micros, reserved_micros, status FROM trials WHERE id=?", (trial_id,)
-            ).fetchone()
+                conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
+                conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
+            row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
             if row is None:
                 return ReserveResult(False, 0, 0, 0, "missing")
             return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
@@ -369,62 +270,21 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         return await self._write(fn)
 
     async def mark_dispatched(self, case_id: str, owner: str) -> bool:
-        def fn(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
-                "UPDATE cases SET state='dispatched' WHERE id=? AND owner=? AND state='reserved'", (case_id, owner)
-            )
-            return cur.rowcount == 1
-
-        return await self._write(fn)
+        return await self._write(lambda conn: conn.execute(*sq(c.DISPATCHED, case_id, owner)).rowcount == 1)
 
     async def finish_case(self, finish: CaseFinish, owner: str) -> bool:
         def fn(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(
-                "SELECT reserved_micros FROM cases WHERE id=? AND owner=? AND state != 'finished'", (finish.case_id, owner)
-            ).fetchone()
+            row = conn.execute(*sq(c.UNFINISHED, finish.case_id, owner)).fetchone()
             if row is None:
                 return False
             reserved = row["reserved_micros"]
-            conn.execute(
-                "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
-                "known_micros = known_micros + ?, unknown_calls = unknown_calls + ?, priced_calls = priced_calls + ?, "
-                "disputed_calls = disputed_calls + ? WHERE id=?",
-                (reserved, finish.charged_micros, finish.known_micros, finish.unknown_calls, finish.priced_calls,
-                 finish.disputed_calls, finish.trial_id),
-            )
+            conn.execute(*sq(c.SETTLE_TRIAL, *c.settle_args(finish, reserved)))
             if finish.trial_status is not None:
-                conn.execute(
-                    "UPDATE trials SET status=?, status_reason=?, ended_at=COALESCE(ended_at, ?) "
-                    "WHERE id=? AND status='running'",
-                    (finish.trial_status, finish.trial_status_reason, finish.finished_at, finish.trial_id),
-                )
-            conn.execute(
-                "UPDATE cases SET state='finished', outcome=?, charged_micros=?, candidate_cost_micros=?, "
-                "candidate_cost_coverage=?, judge_cost_micros=?, judge_cost_coverage=?, candidate_latency_ms=?, "
-                "candidate_output_tokens=?, score=?, error=?, finished_at=?, bodies_json=? WHERE id=?",
-                (
-                    finish.outcome, finish.charged_micros, finish.candidate_cost_micros, finish.candidate_cost_coverage,
-                    finish.judge_cost_micros, finish.judge_cost_coverage, finish.candidate_latency_ms,
-                    finish.candidate_output_tokens, finish.score, finish.error, finish.finished_at,
-                    finish.bodies_json, finish.case_id,
-                ),
-            )
-            ledger = [(finish.trial_id, finish.case_id, "charge", finish.charged_micros, finish.finished_at)]
-            if reserved:
-                ledger.insert(0, (finish.trial_id, finish.case_id, "release", reserved, finish.finished_at))
-            conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
-            conn.executemany(
-                "INSERT INTO judgments (id, case_id, trial_id, judge_version_id, presentation_order, is_audit, outcome, "
-                "score, strong, winner_slot, error, longer_won, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (
-                        j.judgment_id, j.case_id, j.trial_id, j.judge_version_id, j.order, int(j.is_audit), j.outcome,
-                        j.score, int(j.strong), j.winner_slot, j.error,
-                        None if j.longer_won is None else int(j.longer_won), j.created_at,
-                    )
-                    for j in finish.judgments
-                ],
-            )
+                conn.execute(*sq(t.END_RUNNING, finish.trial_status, finish.trial_status_reason, finish.finished_at,
+                                 finish.trial_id))
+            conn.execute(*sq(c.FINISH, *c.finish_args(finish)))
+            conn.executemany(SQLITE.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
+            conn.executemany(SQLITE.sql(c.INSERT_JUDGMENT), c.judgment_args(finish))
             apply_effects(conn, finish)  # outbox records and watch steps
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
@@ -442,13 +302,7 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         await self._write(fn)
 
     async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
-        await self._write(
-            lambda conn: conn.execute(
-                "INSERT INTO owners (owner, lease_until, started_at) VALUES (?,?,?) "
-                "ON CONFLICT (owner) DO UPDATE SET lease_until = excluded.lease_until",
-                (owner, now + lease_s, now),
-            )
-        )
+        await self._write(lambda conn: conn.execute(*sq(c.HEARTBEAT, owner, now + lease_s, now)))
 
     async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
@@ -456,7 +310,7 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             recovered: list[str] = []
             for owner in gone:
                 recovered += _mark_indeterminate(conn, owner, now, "its owner's lease expired")
-                conn.execute("DELETE FROM owners WHERE owner=?", (owner,))
+                conn.execute(*sq(c.FORGET_OWNER, owner))
             # Cases of an owner with no lease row at all (written before leases existed).
             orphans = conn.execute(
                 "SELECT DISTINCT COALESCE(owner, '') AS owner FROM cases WHERE state != 'finished' "
@@ -473,7 +327,7 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     async def retire(self, owner: str, now: float, *, report: bool = False) -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
             ids = _mark_indeterminate(conn, owner, now, "in flight when the process stopped")
-            conn.execute("DELETE FROM owners WHERE owner=?", (owner,))
+            conn.execute(*sq(c.FORGET_OWNER, owner))
             if report:
                 _report(conn, ids, now)
             return ids
@@ -491,16 +345,16 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         def fn(conn: sqlite3.Connection) -> TrialSnapshot | None:
             conn.execute("BEGIN")  # one read transaction: consistent across processes too
             try:
-                row = conn.execute("SELECT * FROM trials WHERE id=?", (trial_id,)).fetchone()
-                if row is None:
+                record = _trial(conn, trial_id)
+                if record is None:
                     return None
                 return TrialSnapshot(
-                    record=_trial(row),
-                    funnel=_funnel(conn, trial_id),
+                    record=record,
+                    funnel={r["outcome"]: r["n"] for r in conn.execute(*sq(c.FUNNEL, trial_id))},
                     score_counts=_score_counts(conn, trial_id),
-                    case_states=_case_states(conn, trial_id),
-                    judgments=_judgments(conn, trial_id),
-                    paired=_paired_figures(conn, trial_id),
+                    case_states={r["state"]: r["n"] for r in conn.execute(*sq(c.STATES, trial_id))},
+                    judgments=[c.judgment(r) for r in conn.execute(*sq(c.JUDGMENTS, trial_id))],
+                    paired=paired_figures([c.paired_row(r) for r in conn.execute(*sq(c.PAIRED, trial_id))]),
                 )
             finally:
                 conn.execute("COMMIT")
@@ -508,48 +362,24 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         return await self._run(fn)
 
     async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:
+        sql, args = c.spend(teams)
+
         def fn(conn: sqlite3.Connection) -> dict[str, int]:
-            sql = (
-                "SELECT COALESCE(SUM(spent_micros),0) AS spent, COALESCE(SUM(known_micros),0) AS known, "
-                "COALESCE(SUM(reserved_micros),0) AS reserved, COALESCE(SUM(unknown_calls),0) AS unknown_calls "
-                "FROM trials"
-            )
-            args: list[Any] = []
-            if teams is not None:
-                sql += f" WHERE team IN ({', '.join('?' for _ in teams)})"
-                args.extend(teams)
-            r = conn.execute(sql, args).fetchone()
-            return {k: r[k] for k in ("spent", "known", "reserved", "unknown_calls")}
+            r = conn.execute(*sq(sql, *args)).fetchone()
+            return {k: int(r[k]) for k in c.SPEND_KEYS}
 
         return await self._run(fn)
 
     async def cases(self, trial_id: str) -> list[dict[str, object]]:
         """Every case of a trial, content-free columns only (for tests and audits)."""
-
-        def fn(conn: sqlite3.Connection) -> list[dict[str, object]]:
-            rows = conn.execute(
-                "SELECT id, exchange_id, owner, state, outcome, reserved_micros, charged_micros, score, error FROM cases "
-                "WHERE trial_id=? ORDER BY created_at, id",
-                (trial_id,),
-            )
-            return [dict(r) for r in rows]
-
-        return await self._run(fn)
+        return await self._run(lambda conn: [dict(r) for r in conn.execute(*sq(c.CASES, trial_id))])
 
     async def ledger(self, trial_id: str) -> list[LedgerEntry]:
-        def fn(conn: sqlite3.Connection) -> list[LedgerEntry]:
-            rows = conn.execute(
-                "SELECT seq, trial_id, case_id, kind, micros, at FROM spend_ledger WHERE trial_id=? ORDER BY seq",
-                (trial_id,),
-            )
-            return [LedgerEntry(r["seq"], r["trial_id"], r["case_id"], r["kind"], r["micros"], r["at"]) for r in rows]
-
-        return await self._run(fn)
+        return await self._run(lambda conn: [c.ledger_entry(r) for r in conn.execute(*sq(c.LEDGER, trial_id))])
 
     async def outbox(self, *, limit: int = 1000) -> list[OutboxRecord]:
         def fn(conn: sqlite3.Connection) -> list[OutboxRecord]:
-            rows = conn.execute("SELECT record_id, topic, body FROM outbox ORDER BY seq LIMIT ?", (limit,))
-            return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in rows]
+            return [OutboxRecord(r["record_id"], r["topic"], r["body"]) for r in conn.execute(*sq(outbox_sql.LIST, limit))]
 
         return await self._run(fn)
 
@@ -557,33 +387,19 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
 
     async def claim_outbox(self, owner: str, *, limit: int, lease_s: float, now: float) -> list[tuple[str, bytes]]:
         def fn(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
-            rows = conn.execute(
-                "SELECT seq, record_id, body FROM outbox "
-                "WHERE claimed_by IS NULL OR claimed_by = ? OR lease_until < ? ORDER BY seq LIMIT ?",
-                (owner, now, limit),
-            ).fetchall()
-            conn.executemany(
-                "UPDATE outbox SET claimed_by = ?, lease_until = ? WHERE seq = ?",
-                [(owner, now + lease_s, r["seq"]) for r in rows],
-            )
-            return [(r["record_id"], r["body"].encode()) for r in rows]
+            rows = conn.execute(*sq(outbox_sql.CLAIM, owner, now + lease_s, owner, now, limit)).fetchall()
+            return [(r["record_id"], r["body"].encode()) for r in sorted(rows, key=lambda r: r["seq"])]
 
         return await self._write(fn)
 
     async def delete_outbox(self, record_ids: Sequence[str]) -> int:
         def fn(conn: sqlite3.Connection) -> int:
-            gone = 0
-            for rid in record_ids:
-                gone += conn.execute("DELETE FROM outbox WHERE record_id = ?", (rid,)).rowcount
-            return gone
+            return sum(conn.execute(*sq(outbox_sql.DELETE, ids)).rowcount for ids in chunks(record_ids))
 
         return await self._write(fn)
 
     async def outbox_depth(self) -> int:
-        def fn(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
-
-        return await self._run(fn)
+        return await self._run(lambda conn: int(conn.execute(outbox_sql.DEPTH).fetchone()[0]))
 
     async def enqueue_outbox(self, records: Sequence[OutboxRecord], *, now: float) -> int:
         return await self._write(lambda conn: _enqueue(conn, records, now))
@@ -617,44 +433,35 @@ def _mark_indeterminate(conn: sqlite3.Connection, owner: str | None, now: float,
     for r in rows:
         dispatched = r["state"] == "dispatched"
         charged = r["reserved_micros"] if dispatched else 0
-        conn.execute(
-            "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
-            "unknown_calls = unknown_calls + ? WHERE id=?",
-            (r["reserved_micros"], charged, 1 if dispatched else 0, r["trial_id"]),
-        )
+        conn.execute(*sq(c.RECOVER_TRIAL, r["reserved_micros"], charged, 1 if dispatched else 0, r["trial_id"]))
         coverage = "unknown" if dispatched else "complete"
-        conn.execute(
-            "UPDATE cases SET state='finished', outcome='indeterminate', charged_micros=?, candidate_cost_coverage=?, "
-            "judge_cost_coverage=?, error=?, finished_at=? WHERE id=?",
-            (charged, coverage, coverage, why + ("" if dispatched else " (never dispatched)"), now, r["id"]),
-        )
+        conn.execute(*sq(c.RECOVER_CASE, charged, coverage, coverage,
+                         why + ("" if dispatched else " (never dispatched)"), now, r["id"]))
         ledger = []
         if r["reserved_micros"]:
             ledger.append((r["trial_id"], r["id"], "release", r["reserved_micros"], now))
         if charged:
             ledger.append((r["trial_id"], r["id"], "hold_unknown", charged, now))
-        conn.executemany("INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?,?,?,?,?)", ledger)
+        conn.executemany(SQLITE.sql(c.INSERT_LEDGER), ledger)
         _bump(conn, r["trial_id"], "indeterminate", 1)
     return [r["id"] for r in rows]
 
 
 def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> None:
     """Write the ``case_result`` of each case recovery just finished (:mod:`sidecar.store.reports`)."""
-    for start in range(0, len(case_ids), 500):
-        chunk = list(case_ids[start:start + 500])
-        rows = conn.execute(
-            f"SELECT {reports.COLUMNS} FROM cases c JOIN trials t ON t.id = c.trial_id "
-            f"WHERE c.id IN ({', '.join('?' for _ in chunk)})", chunk,
-        ).fetchall()
+    for ids in chunks(case_ids):
+        rows = conn.execute(*sq(reports.FINISHED, ids)).fetchall()
         _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
 
 
+def _trial(conn: sqlite3.Connection, trial_id: str) -> TrialRecord | None:
+    row = conn.execute(*sq(t.BY_ID, trial_id)).fetchone()
+    return None if row is None else t.trial(row)
+
+
 def _posture(conn: sqlite3.Connection, team: str) -> TeamPosture | None:
-    r = conn.execute("SELECT * FROM team_posture WHERE team=?", (team,)).fetchone()
-    if r is None:
-        return None
-    return TeamPosture(r["team"], bool(r["prompt_retention"]), bool(r["cut_over"]), r["revision"], r["updated_at"],
-                       r["updated_by"])
+    r = conn.execute(*sq(t.POSTURE, team)).fetchone()
+    return None if r is None else t.posture(r)
 
 
 def _pause(
@@ -663,12 +470,9 @@ def _pause(
 ) -> list[str]:
     """Pause the team's running trials pinned to another site or retention, writing the
     effects given for each one paused; their ids."""
-    rows = conn.execute(
-        "UPDATE trials SET status='posture_changed', status_reason=? WHERE team=? AND status='running' "
-        "AND (execution_site != ? OR prompt_retention != ?) RETURNING id",
-        (reason, team, site, int(retention)),
-    ).fetchall()
-    paused = sorted(r["id"] for r in rows)
+    paused = [r["id"] for r in conn.execute(*sq(t.MISMATCHED, team, site, retention)).fetchall()]
+    for ids in chunks(paused):
+        conn.execute(*sq(t.PAUSE, reason, ids))
     if effects:
         for trial_id in paused:
             _enqueue(conn, effects.get(trial_id, ()), now)
@@ -677,55 +481,11 @@ def _pause(
 
 def _enqueue(conn: sqlite3.Connection, effects: Sequence[OutboxRecord], at: float) -> int:
     """Write outbox records, each unless its id is there already; how many went in."""
-    added = 0
-    for e in effects:
-        added += conn.execute(
-            "INSERT INTO outbox (record_id, topic, body, created_at) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
-            (e.record_id, e.topic, e.body, at),
-        ).rowcount
-    return added
-
-
-def _funnel(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
-    return {r["outcome"]: r["n"] for r in conn.execute("SELECT outcome, n FROM funnel WHERE trial_id=?", (trial_id,))}
+    return sum(conn.execute(*sq(outbox_sql.ENQUEUE, e.record_id, e.topic, e.body, at)).rowcount for e in effects)
 
 
 def _score_counts(conn: sqlite3.Connection, trial_id: str) -> dict[float, int]:
-    rows = conn.execute(
-        "SELECT score, COUNT(*) AS n FROM cases WHERE trial_id=? AND outcome='judged' AND score IS NOT NULL GROUP BY score",
-        (trial_id,),
-    )
-    return {float(r["score"]): r["n"] for r in rows}
-
-
-def _judgments(conn: sqlite3.Connection, trial_id: str) -> list[JudgmentRow]:
-    rows = conn.execute("SELECT * FROM judgments WHERE trial_id=? ORDER BY created_at, id", (trial_id,))
-    return [
-        JudgmentRow(
-            judgment_id=r["id"], case_id=r["case_id"], trial_id=r["trial_id"],
-            judge_version_id=r["judge_version_id"], order=r["presentation_order"], is_audit=bool(r["is_audit"]),
-            outcome=r["outcome"], score=r["score"], strong=bool(r["strong"]), winner_slot=r["winner_slot"],
-            error=r["error"], longer_won=None if r["longer_won"] is None else bool(r["longer_won"]),
-            created_at=r["created_at"],
-        )
-        for r in rows
-    ]
-
-
-def _paired_figures(conn: sqlite3.Connection, trial_id: str) -> dict[str, float | int | None]:
-    """Candidate against incumbent over the same judged cases: cost and latency ratios."""
-    rows = conn.execute(
-        "SELECT candidate_cost_micros AS cc, candidate_cost_coverage AS ccv, incumbent_cost_micros AS ic, "
-        "incumbent_cost_coverage AS icv, candidate_latency_ms AS cl, incumbent_latency_ms AS il "
-        "FROM cases WHERE trial_id=? AND outcome='judged'",
-        (trial_id,),
-    ).fetchall()
-    return paired_figures([(r["cc"], r["ccv"], r["ic"], r["icv"], r["cl"], r["il"]) for r in rows])
-
-
-def _case_states(conn: sqlite3.Connection, trial_id: str) -> dict[str, int]:
-    rows = conn.execute("SELECT state, COUNT(*) AS n FROM cases WHERE trial_id=? GROUP BY state", (trial_id,))
-    return {r["state"]: r["n"] for r in rows}
+    return {float(r["score"]): r["n"] for r in conn.execute(*sq(c.SCORES, trial_id))}
 
 
 def _bump(conn: sqlite3.Connection, trial_id: str, outcome: str, n: int) -> None:

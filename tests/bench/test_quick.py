@@ -31,6 +31,7 @@ FIGURES: dict[str, str] = {
     "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",
     "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",
     "provider_calls.py": r"estimated engine CPU per judged case",
+    "store_sql.py": r"share of query statements defined once: \d+%",
     "tap.py": r"judged/s under flood / judged/s alone = ",
     "uplink_outage.py": r"every record held exactly once",
     "uplink_throughput.py": r"sidecar-side CPU per delivered record: +[\d,.]+ µs",
