@@ -32,7 +32,6 @@ import asyncio
 import os
 import logging
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from aiohttp import web
@@ -58,6 +57,7 @@ from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.supervise import RESTART, Death, Supervisor
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
+from sidecar.telemetry.counters import TapCounters
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials.create import TrialDefaults
 from sidecar.export.delivery import open_delivery
@@ -127,7 +127,8 @@ class Runtime:
                                        clock=clock, supervisor=self.supervisor)
             sinks[FORWARDED_SITE] = self.forwarder.handoff
         self.sinks: Mapping[str, Handoff[Claim]] = sinks
-        self.counters: Counter[str] = Counter()
+        #: This process's own counts (the tap's, intake's, the retention window's, compare's).
+        self.counters = TapCounters()
         #: Drop counts gateway plugins report in their requests' stats header (the tap's loop only).
         self.plugin_stats = PluginStats()
         self.tap_token: str | None = config.secrets.tap_token

@@ -112,7 +112,7 @@ async def compare(request: web.Request) -> web.StreamResponse:
     try:
         plan = service.plan(principal_of(request), decode_compare(await read_body(request)))
     except ApiError:
-        request.app[RUNTIME].counters["compare_refused"] += 1
+        request.app[RUNTIME].counters.compare_refused += 1
         raise
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -56,6 +56,7 @@ from sidecar.ingest.intake import ingest, offer
 from sidecar.ingest.wire import DecodeError, check_utf8, encode
 from sidecar.integrations import litellm_webhook
 from sidecar.trials.create import MAX_NAME_CHARS, NAME_RULE
+from sidecar.telemetry.names import TapRejection
 
 log = logging.getLogger("shadowtrial.tap")
 
@@ -82,7 +83,7 @@ class _Refused(Exception):
     ``reason`` is the ``shadowtrial_tap_rejected_total`` label it is counted under."""
 
     def __init__(
-        self, status: int, code: str, message: str, *, reason: str, headers: dict[str, str] | None = None
+        self, status: int, code: str, message: str, *, reason: TapRejection, headers: dict[str, str] | None = None
     ) -> None:
         super().__init__(message)
         self.response = _error(status, code, message, headers=headers)
@@ -182,9 +183,9 @@ def _gateway(request: web.Request, rt: Runtime) -> frozenset[str] | None | web.R
                 return None
             if "gateway" in principal.roles:
                 return principal.teams
-            rt.counters["tap_rejected_forbidden"] += 1
+            rt.counters.tap_rejected_forbidden += 1
             return _error(403, "forbidden", "the token does not carry the gateway role")
-    rt.counters["tap_rejected_unauthorized"] += 1
+    rt.counters.tap_rejected("unauthorized")
     return _error(401, "unauthorized", "tap credential missing or wrong", headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -200,7 +201,7 @@ async def post_exchanges(request: web.Request) -> web.StreamResponse:
     try:
         reply = ingest(rt, body, request.content_type, teams)
     except DecodeError as exc:
-        rt.counters["tap_rejected_malformed"] += 1
+        rt.counters.tap_rejected("malformed")
         return _error(400, "invalid_exchange", str(exc), exc.path)
     return web.Response(status=202, body=encode(reply), content_type="application/json")
 
@@ -214,7 +215,7 @@ async def post_litellm(request: web.Request) -> web.StreamResponse:
     _plugin_stats(request, rt)
     params = _webhook_params(request, teams)
     if isinstance(params, web.Response):
-        rt.counters["tap_rejected_malformed"] += 1
+        rt.counters.tap_rejected("malformed")
         return params
     team, gateway = params
     body = await _body_or_refusal(request, rt)
@@ -224,11 +225,10 @@ async def post_litellm(request: web.Request) -> web.StreamResponse:
         check_utf8(body, request.content_type)  # naming where, as for exchanges
         batch = litellm_webhook.exchanges_from_body(body, request.content_type, team=team, gateway=gateway)
     except DecodeError as exc:
-        rt.counters["tap_rejected_malformed"] += 1
+        rt.counters.tap_rejected("malformed")
         return _error(400, "invalid_payload", str(exc), exc.path)
     reply = offer(rt, batch.screened, teams)
-    for reason, n in batch.skipped.items():
-        rt.counters[f"litellm_webhook_skipped_{reason}"] += n
+    rt.counters.webhook_skipped(batch.skipped)
     answer = litellm_webhook.WebhookReply(
         accepted=reply.accepted, sampled=reply.sampled, shed=reply.shed, refused=reply.refused,
         skipped={reason: batch.skipped[reason] for reason in litellm_webhook.SKIP_REASONS},
@@ -289,7 +289,7 @@ async def _body_or_refusal(request: web.Request, rt: Runtime) -> bytes | web.Str
     try:
         return await _read_body(request, rt)
     except _Refused as refused:
-        rt.counters[f"tap_rejected_{refused.reason}"] += 1
+        rt.counters.tap_rejected(refused.reason)
         if refused.reason == "read_timeout":
             return await _answer_and_close(request, refused.response)
         return refused.response
@@ -319,7 +319,7 @@ async def tap_errors(request: web.Request, handler: Handler) -> web.StreamRespon
             raise
         # The type only: the message of an unexpected error may echo an exchange's content.
         log.error("tap request failed unexpectedly: %s", type(exc).__name__)
-        request.app[RUNTIME].counters["tap_failed"] += 1
+        request.app[RUNTIME].counters.tap_failed += 1
         return _error(500, "internal_error", "the tap failed to handle the request; it was not ingested")
 
 

@@ -41,7 +41,7 @@ async def compare_stream(request: web.Request) -> web.StreamResponse:
     try:
         plan = console.compare.plan(principal(request), decode_compare(await request.read()))
     except ApiError as exc:
-        console.rt.counters["compare_refused"] += 1
+        console.rt.counters.compare_refused += 1
         body = {"error": {"code": exc.code, "message": exc.message, "field": exc.field}}
         return web.Response(status=exc.status, body=encode(body), content_type="application/json")
     response = web.StreamResponse(headers={

@@ -209,7 +209,7 @@ class CompareService:
                 "stored": False,
                 "trial_hint": _hint(plan),
             })
-            rt.counters["compare_streamed"] += 1
+            rt.counters.compare_streamed += 1
         finally:
             for t in tasks:
                 t.cancel()
