@@ -213,11 +213,12 @@ def admin_app(rt: Any) -> web.Application:
         handler_args={"auto_decompress": False},
     )
     app[RUNTIME] = rt
-    app[TRIALS] = TrialService(rt)
-    app[POSTURE] = PostureService(rt)
-    app[COMPARE] = CompareService(rt)
-    app[WATCHES] = WatchService(rt)
-    app[PROMOTION] = PromotionService(rt)
+    contexts = rt.contexts  # each service gets its family's context, not the runtime
+    app[TRIALS] = TrialService(contexts.trials)
+    app[POSTURE] = PostureService(contexts.posture)
+    app[COMPARE] = CompareService(contexts.compare)
+    app[WATCHES] = WatchService(contexts.watches)
+    app[PROMOTION] = PromotionService(contexts.promotion)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
