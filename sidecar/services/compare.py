@@ -123,6 +123,10 @@ class CompareService:
     def __init__(self, ctx: CompareContext) -> None:
         self._ctx = ctx
 
+    def refused(self) -> None:
+        """Count a compare refused (its body or its plan): a count only, like every compare's."""
+        self._ctx.counters.compare_refused += 1
+
     def plan(self, principal: Principal, body: CompareRequest) -> ComparePlan:
         """Check rights, models, prices and the cap; raises :class:`~sidecar.errors.ApiError`."""
         ctx = self._ctx
