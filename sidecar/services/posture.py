@@ -161,7 +161,8 @@ def _missing(team: str) -> str:
 
 
 class PostureService:
-    """Teams' posture as a principal may see and change it, over one runtime's store.
+    """Teams' posture as a principal may see and change it, through its
+    :class:`~sidecar.services.context.PostureContext`.
 
     Raises :class:`~sidecar.errors.ApiError` subclasses for refusals only; store failures
     propagate to the admin API's guard (``503 store_unavailable``)."""

@@ -8,7 +8,7 @@ and sums are filtered by team in the store's own query, so another team's rows
 never reach this process's memory on a principal's behalf. A trial records its
 starter (``started_by``, the principal's subject).
 
-Fleet-wide figures (:meth:`TrialService.fleet_spend`, the runtime's counters) carry
+Fleet-wide figures (:meth:`TrialService.fleet_spend`, the process's counts) carry
 no team dimension; they are for ``/metrics`` and the live view's process figures.
 """
 
@@ -48,7 +48,8 @@ PAUSED: tuple[str, ...] = ("starter_unauthorized", "posture_changed")
 
 
 class TrialService:
-    """Trials as a principal may see and change them, over one runtime's store and routes.
+    """Trials as a principal may see and change them, through its
+    :class:`~sidecar.services.context.TrialsContext` (the store, the tap's routes, the sinks' sites).
 
     Every method raises :class:`~sidecar.errors.ApiError` subclasses only for refusals
     (not found, forbidden, conflict, bad input); store failures propagate unchanged to

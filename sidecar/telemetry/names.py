@@ -91,7 +91,9 @@ FINISH_REASONS = frozenset(
 
 #: Tap refusals and excluded gateway figures (:class:`sidecar.telemetry.counters.TapCounters`).
 TapRejection = Literal["malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding"]
-TAP_REJECTED: tuple[TapRejection, ...] = ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding")
+TAP_REJECTED: tuple[TapRejection, ...] = (
+    "malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding",
+)
 TAP_FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
 #: Why a gateway plugin dropped an exchange, as it reports it (sidecar.ingest.plugin_stats).
 PLUGIN_DROP_REASONS: tuple[str, ...] = plugin_stats.REASONS
