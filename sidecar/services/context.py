@@ -1,6 +1,8 @@
 """What each family of services needs, handed in explicitly (no runtime reach-through).
 
-One frozen context per family, holding exactly what its services read and write: the store,
+One frozen context per family, holding exactly what its services read and write: the store
+(the protocols of :mod:`sidecar.store.base` it uses; posture and trials write through the whole
+:class:`~sidecar.store.base.Store`, as :func:`sidecar.trials.spec.pause_effects` takes it),
 the clock, the config sections they read (as values, not the whole config), the live parts of
 the process they act on (the tap's routing table, the sinks' sites, the replay feeders, the
 retention window) and the counts they add to. The runtime (:mod:`sidecar.runtime`) builds
@@ -18,13 +20,21 @@ from sidecar.config import JudgeConfig, TeamConfig
 from sidecar.ingest.routing import RoutingTable
 from sidecar.providers.base import Provider
 from sidecar.retention.window import RetentionWindow
-from sidecar.store.base import Store
+from sidecar.store.base import ReadModel, Store, TrialStore, WatchStore
 from sidecar.store.records import TrialRecord
 from sidecar.telemetry import CountingFunnel
 from sidecar.telemetry.counters import TapCounters
 from sidecar.trials.create import Resolved, TrialDefaults
 
 Clock = Callable[[], float]
+
+
+class ViewBackend(TrialStore, ReadModel, Protocol):
+    """The store as a trial's read uses it (its record, snapshot and scores)."""
+
+
+class WatchBackend(TrialStore, ReadModel, WatchStore, Protocol):
+    """The store as the watch services use it (watches, alerts, their day trials and spend)."""
 
 
 class _Queue(Protocol):
@@ -49,7 +59,7 @@ class Feeder(Protocol):
 class ViewContext:
     """Reading a trial: the store and the funnel counts not yet flushed to it."""
 
-    store: Store
+    store: ViewBackend
     funnel: CountingFunnel
 
 
@@ -106,7 +116,7 @@ class WatchesContext:
 
     views: ViewContext
     live: LiveFigures
-    store: Store
+    store: WatchBackend
     clock: Clock
     routing: RoutingTable
     uplink_enabled: bool
@@ -117,7 +127,7 @@ class PromotionContext:
     """Promoting a trial's candidate: its read, the resolver of the old incumbent's price, the routes."""
 
     views: ViewContext
-    store: Store
+    store: WatchStore
     clock: Clock
     resolve: Callable[[str], Resolved]
     routing: RoutingTable
