@@ -32,7 +32,6 @@ import asyncio
 import os
 import logging
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from aiohttp import web
@@ -53,11 +52,16 @@ from sidecar.ingest.plugin_stats import PluginStats
 from sidecar.ingest.routing import RoutingTable
 from sidecar.retention.replay import ReplayFeeder
 from sidecar.seal import Sealer
+from sidecar.services.context import (
+    CompareContext, LiveFigures, PostureContext, PromotionContext, ServiceContexts, TrialsContext, ViewContext,
+    WatchesContext,
+)
 from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.base import Store
 from sidecar.supervise import RESTART, Death, Supervisor
 from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
+from sidecar.telemetry.counters import TapCounters
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials.create import TrialDefaults
 from sidecar.export.delivery import open_delivery
@@ -127,7 +131,8 @@ class Runtime:
                                        clock=clock, supervisor=self.supervisor)
             sinks[FORWARDED_SITE] = self.forwarder.handoff
         self.sinks: Mapping[str, Handoff[Claim]] = sinks
-        self.counters: Counter[str] = Counter()
+        #: This process's own counts (the tap's, intake's, the retention window's, compare's).
+        self.counters = TapCounters()
         #: Drop counts gateway plugins report in their requests' stats header (the tap's loop only).
         self.plugin_stats = PluginStats()
         self.tap_token: str | None = config.secrets.tap_token
@@ -193,6 +198,32 @@ class Runtime:
         self.ready = False
         #: What ``/readyz`` says while not ready.
         self.unready_reason = "starting or stopping"
+        #: What each family of services is handed (:mod:`sidecar.services.context`), built once.
+        self.contexts = self._service_contexts()
+
+    def _service_contexts(self) -> ServiceContexts:
+        config = self.config
+        views = ViewContext(store=self.store, funnel=self.funnel)
+        live = LiveFigures(queue=self.handoff, engine=self.engine, counters=self.counters)
+        posture = PostureContext(
+            store=self.store, clock=self.clock, stale_after_s=config.uplink.stale_seconds, teams=config.teams,
+            default_retention=self.prompt_retention, routing=self.routing, retention=self.retention,
+        )
+        return ServiceContexts(
+            views=views,
+            posture=posture,
+            trials=TrialsContext(
+                views=views, posture=posture, live=live, store=self.store, clock=self.clock, resolve=self.resolve,
+                defaults=self.defaults(), sites=frozenset(self.sinks), routing=self.routing, replays=self.replays,
+                retention=self.retention,
+            ),
+            watches=WatchesContext(views=views, live=live, store=self.store, clock=self.clock, routing=self.routing,
+                                   uplink_enabled=config.uplink.enabled),
+            promotion=PromotionContext(views=views, store=self.store, clock=self.clock, resolve=self.resolve,
+                                       routing=self.routing),
+            compare=CompareContext(resolve=self.resolve, judge=config.judge, shadow_header=config.engine.shadow_header,
+                                   open_providers=lambda: open_providers(config), counters=self.counters),
+        )
 
     # -- lifecycle -----------------------------------------------------------
 

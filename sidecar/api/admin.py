@@ -112,7 +112,7 @@ async def compare(request: web.Request) -> web.StreamResponse:
     try:
         plan = service.plan(principal_of(request), decode_compare(await read_body(request)))
     except ApiError:
-        request.app[RUNTIME].counters["compare_refused"] += 1
+        service.refused()
         raise
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                            "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -213,11 +213,12 @@ def admin_app(rt: Any) -> web.Application:
         handler_args={"auto_decompress": False},
     )
     app[RUNTIME] = rt
-    app[TRIALS] = TrialService(rt)
-    app[POSTURE] = PostureService(rt)
-    app[COMPARE] = CompareService(rt)
-    app[WATCHES] = WatchService(rt)
-    app[PROMOTION] = PromotionService(rt)
+    contexts = rt.contexts  # each service gets its family's context, not the runtime
+    app[TRIALS] = TrialService(contexts.trials)
+    app[POSTURE] = PostureService(contexts.posture)
+    app[COMPARE] = CompareService(contexts.compare)
+    app[WATCHES] = WatchService(contexts.watches)
+    app[PROMOTION] = PromotionService(contexts.promotion)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -242,7 +243,12 @@ def admin_app(rt: Any) -> web.Application:
             app.router.add_route("HEAD", path, handler, expect_handler=expect_handler)
     # The operator console (sidecar/console/): HTML over the same services, before the catch-all.
     app.router.add_get(CONSOLE_PREFIX, console_root)
-    console = Console(rt, app[TRIALS], app[POSTURE], app[WATCHES], app[PROMOTION], app[COMPARE])
+    config = rt.config
+    console = Console(
+        app[TRIALS], app[POSTURE], app[WATCHES], app[PROMOTION], app[COMPARE], store=rt.store,
+        teams=tuple(config.teams), models=tuple(sorted(config.models)), price_book=rt.price_book,
+        judge_model=config.judge.model,
+    )
     app.add_subapp(CONSOLE_PREFIX, console_app(console, verifier, revocations))
     app.router.add_route("*", "/{tail:.*}", no_route, expect_handler=expect_handler)  # last: the rest
     return app

@@ -42,6 +42,7 @@ import hmac
 import logging
 import re
 import zlib
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from aiohttp import web
@@ -50,17 +51,35 @@ from aiohttp.http_exceptions import HttpProcessingError
 from sidecar.api.listener import Listener, ListenerRunner, client_gone, describe
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
-from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER
-from sidecar.runtime import RUNTIME, Runtime
-from sidecar.ingest.intake import ingest, offer
+from sidecar.config import TapConfig
+from sidecar.ingest.plugin_stats import HEADER as PLUGIN_STATS_HEADER, PluginStats
+from sidecar.runtime import Runtime
+from sidecar.ingest.intake import IntakeParts, ingest, offer
 from sidecar.ingest.wire import DecodeError, check_utf8, encode
 from sidecar.integrations import litellm_webhook
 from sidecar.trials.create import MAX_NAME_CHARS, NAME_RULE
+from sidecar.telemetry.counters import TapCounters
+from sidecar.telemetry.names import TapRejection
 
 log = logging.getLogger("shadowtrial.tap")
 
 #: The tap's verifier of gateway JWTs (``tap.gateway_jwt``), absent otherwise.
 GATEWAY_VERIFIER: web.AppKey[Verifier] = web.AppKey("gateway_verifier", Verifier)
+
+
+@dataclass(frozen=True, slots=True)
+class TapContext:
+    """What the tap's handlers use, not the runtime: intake's parts (read at each batch),
+    ``[tap]``, the shared token, this process's counts and the plugins' drop counts."""
+
+    intake: IntakeParts
+    tap: TapConfig
+    token: str | None
+    counters: TapCounters
+    plugin_stats: PluginStats
+
+
+TAP_CONTEXT: web.AppKey[TapContext] = web.AppKey("tap_context", TapContext)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,7 +101,7 @@ class _Refused(Exception):
     ``reason`` is the ``shadowtrial_tap_rejected_total`` label it is counted under."""
 
     def __init__(
-        self, status: int, code: str, message: str, *, reason: str, headers: dict[str, str] | None = None
+        self, status: int, code: str, message: str, *, reason: TapRejection, headers: dict[str, str] | None = None
     ) -> None:
         super().__init__(message)
         self.response = _error(status, code, message, headers=headers)
@@ -138,9 +157,9 @@ def _gunzip(raw: bytes, limit: int) -> bytes:
             return b"".join(out)
 
 
-async def _read_body(request: web.Request, rt: Runtime) -> bytes:
+async def _read_body(request: web.Request, ctx: TapContext) -> bytes:
     """The request body, decoded; raises :class:`_Refused`."""
-    tap = rt.config.tap
+    tap = ctx.tap
     codings = _content_codings(request)
     if codings and (len(codings) > 1 or codings[0] not in _GZIP):
         raise _Refused(
@@ -162,10 +181,10 @@ async def _read_body(request: web.Request, rt: Runtime) -> bytes:
     return _gunzip(raw, tap.max_body_bytes) if codings else raw
 
 
-def _gateway(request: web.Request, rt: Runtime) -> frozenset[str] | None | web.Response:
+def _gateway(request: web.Request, ctx: TapContext) -> frozenset[str] | None | web.Response:
     """Who may post here: None (any team: loopback with no credential configured, or the
     shared token), the teams of a verified gateway JWT, or the error response."""
-    token = rt.tap_token
+    token = ctx.token
     verifier = request.app.get(GATEWAY_VERIFIER)
     if token is None and verifier is None:
         return None
@@ -182,53 +201,52 @@ def _gateway(request: web.Request, rt: Runtime) -> frozenset[str] | None | web.R
                 return None
             if "gateway" in principal.roles:
                 return principal.teams
-            rt.counters["tap_rejected_forbidden"] += 1
+            ctx.counters.tap_rejected_forbidden += 1
             return _error(403, "forbidden", "the token does not carry the gateway role")
-    rt.counters["tap_rejected_unauthorized"] += 1
+    ctx.counters.tap_rejected("unauthorized")
     return _error(401, "unauthorized", "tap credential missing or wrong", headers={"WWW-Authenticate": "Bearer"})
 
 
 async def post_exchanges(request: web.Request) -> web.StreamResponse:
-    rt = request.app[RUNTIME]
-    teams = _gateway(request, rt)
+    ctx = request.app[TAP_CONTEXT]
+    teams = _gateway(request, ctx)
     if isinstance(teams, web.Response):
         return teams
-    _plugin_stats(request, rt)
-    body = await _body_or_refusal(request, rt)
+    _plugin_stats(request, ctx)
+    body = await _body_or_refusal(request, ctx)
     if isinstance(body, web.StreamResponse):
         return body
     try:
-        reply = ingest(rt, body, request.content_type, teams)
+        reply = ingest(ctx.intake, body, request.content_type, teams)
     except DecodeError as exc:
-        rt.counters["tap_rejected_malformed"] += 1
+        ctx.counters.tap_rejected("malformed")
         return _error(400, "invalid_exchange", str(exc), exc.path)
     return web.Response(status=202, body=encode(reply), content_type="application/json")
 
 
 async def post_litellm(request: web.Request) -> web.StreamResponse:
     """``POST /v1/integrations/litellm``: StandardLoggingPayloads from LiteLLM's generic API logger."""
-    rt = request.app[RUNTIME]
-    teams = _gateway(request, rt)
+    ctx = request.app[TAP_CONTEXT]
+    teams = _gateway(request, ctx)
     if isinstance(teams, web.Response):
         return teams
-    _plugin_stats(request, rt)
+    _plugin_stats(request, ctx)
     params = _webhook_params(request, teams)
     if isinstance(params, web.Response):
-        rt.counters["tap_rejected_malformed"] += 1
+        ctx.counters.tap_rejected("malformed")
         return params
     team, gateway = params
-    body = await _body_or_refusal(request, rt)
+    body = await _body_or_refusal(request, ctx)
     if isinstance(body, web.StreamResponse):
         return body
     try:
         check_utf8(body, request.content_type)  # naming where, as for exchanges
         batch = litellm_webhook.exchanges_from_body(body, request.content_type, team=team, gateway=gateway)
     except DecodeError as exc:
-        rt.counters["tap_rejected_malformed"] += 1
+        ctx.counters.tap_rejected("malformed")
         return _error(400, "invalid_payload", str(exc), exc.path)
-    reply = offer(rt, batch.screened, teams)
-    for reason, n in batch.skipped.items():
-        rt.counters[f"litellm_webhook_skipped_{reason}"] += n
+    reply = offer(ctx.intake, batch.screened, teams)
+    ctx.counters.webhook_skipped(batch.skipped)
     answer = litellm_webhook.WebhookReply(
         accepted=reply.accepted, sampled=reply.sampled, shed=reply.shed, refused=reply.refused,
         skipped={reason: batch.skipped[reason] for reason in litellm_webhook.SKIP_REASONS},
@@ -275,21 +293,21 @@ def _is_name(value: str) -> bool:
     )
 
 
-def _plugin_stats(request: web.Request, rt: Runtime) -> None:
+def _plugin_stats(request: web.Request, ctx: TapContext) -> None:
     """Take a gateway plugin's drop counts from its stats header (one header, bounded)."""
     values = request.headers.getall(PLUGIN_STATS_HEADER, [])
     if len(values) == 1:
-        rt.plugin_stats.record(values[0])
+        ctx.plugin_stats.record(values[0])
     elif values:
-        rt.plugin_stats.ignored += 1
+        ctx.plugin_stats.ignored += 1
 
 
-async def _body_or_refusal(request: web.Request, rt: Runtime) -> bytes | web.StreamResponse:
+async def _body_or_refusal(request: web.Request, ctx: TapContext) -> bytes | web.StreamResponse:
     """The decoded body, or the refusal answered (and counted)."""
     try:
-        return await _read_body(request, rt)
+        return await _read_body(request, ctx)
     except _Refused as refused:
-        rt.counters[f"tap_rejected_{refused.reason}"] += 1
+        ctx.counters.tap_rejected(refused.reason)
         if refused.reason == "read_timeout":
             return await _answer_and_close(request, refused.response)
         return refused.response
@@ -319,7 +337,7 @@ async def tap_errors(request: web.Request, handler: Handler) -> web.StreamRespon
             raise
         # The type only: the message of an unexpected error may echo an exchange's content.
         log.error("tap request failed unexpectedly: %s", type(exc).__name__)
-        request.app[RUNTIME].counters["tap_failed"] += 1
+        request.app[TAP_CONTEXT].counters.tap_failed += 1
         return _error(500, "internal_error", "the tap failed to handle the request; it was not ingested")
 
 
@@ -330,7 +348,8 @@ async def tap_healthz(_request: web.Request) -> web.Response:
 def tap_app(rt: Runtime) -> web.Application:
     """The tap's routes; serve them with :func:`tap_runner` (it decodes gzip itself)."""
     app = web.Application(client_max_size=rt.config.tap.max_body_bytes, middlewares=[tap_errors])
-    app[RUNTIME] = rt
+    app[TAP_CONTEXT] = TapContext(intake=rt, tap=rt.config.tap, token=rt.tap_token, counters=rt.counters,
+                                  plugin_stats=rt.plugin_stats)
     if rt.config.tap.gateway_jwt:
         from sidecar.api.authn import build_verifier
 

@@ -27,12 +27,13 @@ from sidecar.console.session import (
     same_origin, set_cookie,
 )
 from sidecar.errors import ApiError
-from sidecar.runtime import Runtime
+from sidecar.prices import PriceBook
 from sidecar.services.compare import CompareService
 from sidecar.services.posture import PostureService
 from sidecar.services.promotion import PromotionService
 from sidecar.services.trials import TrialService
 from sidecar.services.watches import WatchService
+from sidecar.store.base import Store
 
 log = logging.getLogger("shadowtrial.console")
 
@@ -65,14 +66,21 @@ class Shell:
 
 @dataclass(frozen=True, slots=True)
 class Console:
-    """What the sidecar console's handlers use: the admin API's own services."""
+    """What the sidecar console's handlers use: the admin API's own services, and for the forms
+    the configured teams, models, their prices and the judge's default model (not the runtime)."""
 
-    rt: Runtime
     trials: TrialService
     posture: PostureService
     watches: WatchService
     promotion: PromotionService
     compare: CompareService
+    #: Lists every trial's team, for ``platform_admin``'s team choices.
+    store: Store
+    #: ``[teams.NAME]``, ``[models.ALIAS]`` (sorted) and ``[judge] model``.
+    teams: tuple[str, ...]
+    models: tuple[str, ...]
+    price_book: PriceBook
+    judge_model: str
 
 
 SHELL: web.AppKey[Shell] = web.AppKey("console_shell", Shell)

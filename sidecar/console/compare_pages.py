@@ -28,10 +28,10 @@ async def compare_page(request: web.Request) -> web.Response:
     p = principal(request)
     teams = await visible_teams(request)
     allowed = [t for t in teams if decide(p, t, "write") == "allow" and decide(p, t, "content") == "allow"]
-    rt = state(request).rt
+    console = state(request)
     return render(request, "compare.html", nav="compare", teams=allowed, content=p.content,
                   writes=any(decide(p, t, "write") == "allow" for t in teams) or p.is_super,
-                  models=sorted(rt.config.models), min_models=MIN_MODELS, max_models=MAX_MODELS,
+                  models=list(console.models), min_models=MIN_MODELS, max_models=MAX_MODELS,
                   default_cap=DEFAULT_COMPARE_CAP_USD)
 
 
@@ -41,7 +41,7 @@ async def compare_stream(request: web.Request) -> web.StreamResponse:
     try:
         plan = console.compare.plan(principal(request), decode_compare(await request.read()))
     except ApiError as exc:
-        console.rt.counters["compare_refused"] += 1
+        console.compare.refused()
         body = {"error": {"code": exc.code, "message": exc.message, "field": exc.field}}
         return web.Response(status=exc.status, body=encode(body), content_type="application/json")
     response = web.StreamResponse(headers={

@@ -46,9 +46,9 @@ async def visible_teams(request: web.Request) -> list[str]:
     teams = p.visible_teams()
     if teams is not None:
         return sorted(teams)
-    rt = state(request).rt
-    names = set(rt.config.teams)
-    names.update(r.team for r in await rt.store.list_trials())
+    console = state(request)
+    names = set(console.teams)
+    names.update(r.team for r in await console.store.list_trials())
     return sorted(names)
 
 
@@ -132,10 +132,10 @@ async def trials_page(request: web.Request) -> web.Response:
 
 
 def _price_hints(request: web.Request) -> list[dict[str, Any]]:
-    rt = state(request).rt
+    console = state(request)
     hints = []
-    for alias in sorted(rt.config.models):
-        price = rt.price_book.price_for(alias)
+    for alias in console.models:
+        price = console.price_book.price_for(alias)
         hints.append({
             "alias": alias,
             "input": None if price is None else price.input_per_mtok / 1_000_000,
@@ -150,7 +150,7 @@ async def _new_form(request: web.Request, *, values: dict[str, str], error: BadR
     return render(
         request, "trial_new.html", status=status, nav="trials", fields=TRIAL_FIELDS, values=values,
         error=error, bad_field=bad, hints=_price_hints(request), teams=await visible_teams(request),
-        request_key=values.get("request_key") or secrets.token_urlsafe(16), judge_model=state(request).rt.config.judge.model,
+        request_key=values.get("request_key") or secrets.token_urlsafe(16), judge_model=state(request).judge_model,
     )
 
 

@@ -36,6 +36,18 @@ class ExchangeBuffer(Protocol):
     def offer(self, exchanges: Sequence[Exchange]) -> int: ...
 
 
+class IntakeCounts(Protocol):
+    """The process's counts intake adds to (:class:`sidecar.telemetry.counters.TapCounters`)."""
+
+    exchanges_received: int
+    cases_sampled: int
+    cases_shed: int
+    tap_exchanges_refused_team: int
+    journal_write_errors: int
+
+    def figures_excluded(self, excluded: Mapping[str, int]) -> None: ...
+
+
 class IntakeParts(Protocol):
     """What intake reads and counts into; the runtime provides them, read at each batch."""
 
@@ -48,7 +60,7 @@ class IntakeParts(Protocol):
     @property
     def funnel(self) -> FunnelCounter: ...
     @property
-    def counters(self) -> Counter[str]: ...
+    def counters(self) -> IntakeCounts: ...
     @property
     def retention(self) -> ExchangeBuffer | None: ...
     @property
@@ -75,7 +87,7 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
         refused = len(exchanges) - len(allowed)
         exchanges = allowed
         if refused:
-            parts.counters["tap_exchanges_refused_team"] += refused
+            parts.counters.tap_exchanges_refused_team += refused
     routes = parts.routing.current  # one consistent table for the whole batch
     counts: Counter[tuple[str, str]] = Counter()
     claims: dict[str, list[Claim]] = {}
@@ -115,11 +127,10 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
         parts.funnel.add_many(counts)
     if parts.retention is not None:  # buffered for its writer: never awaited here
         parts.retention.offer(exchanges)
-    for figure, n in screened.excluded.items():
-        parts.counters[f"tap_figures_excluded_{figure}"] += n
-    parts.counters["exchanges_received"] += len(exchanges)
-    parts.counters["cases_sampled"] += sampled
-    parts.counters["cases_shed"] += shed
+    parts.counters.figures_excluded(screened.excluded)
+    parts.counters.exchanges_received += len(exchanges)
+    parts.counters.cases_sampled += sampled
+    parts.counters.cases_shed += shed
     return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
 
 
@@ -128,6 +139,7 @@ def _write(parts: IntakeParts, journal: Journal, claims: list[Claim], content_fr
     try:
         journal.write(claims, content_free)
     except OSError as exc:  # disk full, say: the claims still run; only crash-safety is lost
-        parts.counters["journal_write_errors"] += 1
-        if parts.counters["journal_write_errors"] == 1 or parts.counters["journal_write_errors"] % 1000 == 0:
+        counters = parts.counters
+        counters.journal_write_errors += 1
+        if counters.journal_write_errors == 1 or counters.journal_write_errors % 1000 == 0:
             log.error("intake journal write failed (%s): sampled cases are not crash-safe", exc.strerror)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
@@ -43,6 +43,7 @@ from sidecar.seal import Sealer
 from sidecar.store.base import Store
 from sidecar.store.records import RetainedExchange, RetainResult
 from sidecar.supervise import RESTART, Supervisor
+from sidecar.telemetry.counters import TapCounters
 
 log = logging.getLogger("shadowtrial.retention")
 
@@ -82,7 +83,7 @@ class RetentionWindow:
         config: RetentionConfig,
         sealer: Sealer,
         store: Store,
-        counters: Counter[str],
+        counters: TapCounters,
         *,
         default_retention: Callable[[str], bool],
         clock: Callable[[], float] = time.time,
@@ -117,7 +118,7 @@ class RetentionWindow:
         room = self.config.buffer_size - len(self._buffer)
         taken = exchanges if len(exchanges) <= room else exchanges[: max(room, 0)]
         if len(taken) < len(exchanges):
-            self._counters["retention_shed_buffer_full"] += len(exchanges) - len(taken)
+            self._counters.retention_shed_buffer_full += len(exchanges) - len(taken)
         if taken:
             now = self._clock()
             self._buffer.extend((ex, now) for ex in taken)
@@ -139,7 +140,7 @@ class RetentionWindow:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         if self._buffer:
-            self._counters["retention_shed_buffer_full"] += len(self._buffer)
+            self._counters.retention_shed_buffer_full += len(self._buffer)
             self._buffer.clear()
 
     async def idle(self) -> None:
@@ -168,7 +169,7 @@ class RetentionWindow:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._counters["retention_write_failed"] += len(batch)
+                self._counters.retention_write_failed += len(batch)
                 log.warning("retention write of %d exchange(s) failed (%s); they are not kept", len(batch),
                             describe(exc))
             finally:
@@ -193,18 +194,18 @@ class RetentionWindow:
             self._busy = False
 
     def _count(self, result: RetainResult) -> None:
-        self._counters["retention_kept"] += result.kept
-        self._counters["retention_evicted_age"] += result.evicted_age
-        self._counters["retention_evicted_count"] += result.evicted_count
-        self._counters["retention_evicted_bytes"] += result.evicted_bytes
+        self._counters.retention_kept += result.kept
+        self._counters.retention_evicted_age += result.evicted_age
+        self._counters.retention_evicted_count += result.evicted_count
+        self._counters.retention_evicted_bytes += result.evicted_bytes
 
     async def _write(self, batch: list[tuple[Exchange, float]]) -> None:
         keep: list[tuple[Exchange, float]] = []
         for ex, at in batch:
             if ex.redacted:
-                self._counters["retention_skipped_redacted"] += 1
+                self._counters.retention_skipped_redacted += 1
             elif not await self._retains(ex.team):
-                self._counters["retention_skipped_retention_off"] += 1
+                self._counters.retention_skipped_retention_off += 1
             else:
                 keep.append((ex, at))
         if not keep:
@@ -220,7 +221,7 @@ class RetentionWindow:
         for team in {ex.team for ex, _ in keep}:
             cached = self._cache.get(team)
             if cached is not None and not cached[0]:
-                self._counters["retention_forgotten"] += await self._store.forget_retained(team)
+                self._counters.retention_forgotten += await self._store.forget_retained(team)
 
     def _seal(self, keep: list[tuple[Exchange, float]]) -> list[RetainedExchange]:
         return [
@@ -245,7 +246,7 @@ class RetentionWindow:
         stored = await self._store.get_posture(team)
         retains = self._default(team) if stored is None else stored.prompt_retention
         if not retains and (cached is None or cached[0]):  # first seen off, or just turned off: forget its window
-            self._counters["retention_forgotten"] += await self._store.forget_retained(team)
+            self._counters.retention_forgotten += await self._store.forget_retained(team)
         self._cache[team] = (retains, now)
         return retains
 

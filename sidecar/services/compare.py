@@ -42,11 +42,10 @@ from judge.errors import JudgeError
 from policies.money import Cost, Price, add_costs, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.roles import Principal
 from sidecar.engine.completer_adapter import ProviderCompleter
-from sidecar.engine.parts import open_providers
 from sidecar.errors import BadRequest, Conflict, SpendUnbounded
 from sidecar.ingest.wire import split_path
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
-from sidecar.runtime import Runtime
+from sidecar.services.context import CompareContext
 from sidecar.services.access import require
 from sidecar.trials.create import NAME_RULE, Name, Tokens
 
@@ -121,12 +120,16 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 
 
 class CompareService:
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, ctx: CompareContext) -> None:
+        self._ctx = ctx
+
+    def refused(self) -> None:
+        """Count a compare refused (its body or its plan): a count only, like every compare's."""
+        self._ctx.counters.compare_refused += 1
 
     def plan(self, principal: Principal, body: CompareRequest) -> ComparePlan:
         """Check rights, models, prices and the cap; raises :class:`~sidecar.errors.ApiError`."""
-        rt = self._rt
+        ctx = self._ctx
         team = body.team
         require(principal, team, "write", not_found=f"team {team!r} is not one of your teams",
                 forbidden=f"your roles may read team {team!r} but not run compares for it")
@@ -141,20 +144,20 @@ class CompareService:
                                                 messages=len(body.messages))
         arms: list[_Arm] = []
         for i, name in enumerate(body.models):
-            resolved = _resolve(rt, name, f"$.models[{i}]")
+            resolved = _resolve(ctx, name, f"$.models[{i}]")
             if resolved.price is None:
                 raise SpendUnbounded(f"model {name!r} has no list price; compare needs one to keep its cap",
                                      field=f"$.models[{i}]")
             arms.append(_Arm(name, resolved.provider, resolved.upstream, resolved.price,
                              worst_case_micros(resolved.price, prompt_bound, body.max_tokens)))
-        judge_model = body.judge_model or rt.config.judge.model
+        judge_model = body.judge_model or ctx.judge.model
         if not judge_model:
             raise BadRequest("no judge model: set [judge] model in the config or judge_model in the body",
                              field="$.judge_model")
-        judge = _resolve(rt, judge_model, "$.judge_model")
+        judge = _resolve(ctx, judge_model, "$.judge_model")
         if judge.price is None:
             raise SpendUnbounded(f"judge model {judge_model!r} has no list price", field="$.judge_model")
-        spec = AbsoluteSpec(model=judge_model, rubric_id=rubric, max_tokens=rt.config.judge.max_tokens)
+        spec = AbsoluteSpec(model=judge_model, rubric_id=rubric, max_tokens=ctx.judge.max_tokens)
         cap = round(body.spend_cap_usd * 1_000_000)
         needed = sum(a.reserved for a in arms)
         if needed > cap:
@@ -166,11 +169,11 @@ class CompareService:
 
     async def events(self, plan: ComparePlan) -> AsyncGenerator[bytes, None]:
         """The server-sent events of ``plan``, as results arrive (see the module docstring)."""
-        rt = self._rt
+        ctx = self._ctx
         body = plan.request
-        providers = open_providers(rt.config)
+        providers = ctx.open_providers()
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        headers = {rt.config.engine.shadow_header: "1", COMPARE_HEADER: "1"}
+        headers = {ctx.shadow_header: "1", COMPARE_HEADER: "1"}
         judge = AbsoluteJudge(ProviderCompleter(providers[plan.judge_provider], plan.judge_upstream, headers),
                               plan.spec)
         started = time.monotonic()
@@ -209,7 +212,7 @@ class CompareService:
                 "stored": False,
                 "trial_hint": _hint(plan),
             })
-            rt.counters["compare_streamed"] += 1
+            ctx.counters.compare_streamed += 1
         finally:
             for t in tasks:
                 t.cancel()
@@ -218,9 +221,9 @@ class CompareService:
                 await p.aclose()
 
 
-def _resolve(rt: Runtime, name: str, field: str) -> Any:
+def _resolve(ctx: CompareContext, name: str, field: str) -> Any:
     try:
-        return rt.resolve(name)
+        return ctx.resolve(name)
     except LookupError as exc:
         raise BadRequest(str(exc.args[0] if exc.args else exc), field=field) from exc
 

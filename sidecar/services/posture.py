@@ -34,7 +34,7 @@ from policies.roles import Principal
 from policies.site import Site
 from sidecar.errors import ApiError, BadRequest, Forbidden
 from sidecar.ingest.wire import split_path
-from sidecar.runtime import Runtime
+from sidecar.services.context import PostureContext
 from sidecar.services.access import require
 from sidecar.engine.posture_report import pause_reason, reports_of
 from sidecar.store.records import GatewayReport
@@ -110,18 +110,18 @@ class Current:
     now: float
 
 
-async def current_posture(rt: Runtime, team: str) -> Current:
+async def current_posture(ctx: PostureContext, team: str) -> Current:
     """The team's effective posture (stored, else seeded from config) and its site now."""
-    stored = await rt.store.get_posture(team)
-    reports = tuple(await rt.store.gateway_reports(team))
-    now = rt.clock()
+    stored = await ctx.store.get_posture(team)
+    reports = tuple(await ctx.store.gateway_reports(team))
+    now = ctx.clock()
     if stored is None:
-        retention, cut_over = rt.prompt_retention(team), False
+        retention, cut_over = ctx.default_retention(team), False
     else:
         retention, cut_over = stored.prompt_retention, stored.cut_over
     site = posture_site(
         reports_of(reports), prompt_retention=retention, cut_over=cut_over, now=now,
-        stale_after_s=rt.config.uplink.stale_seconds,
+        stale_after_s=ctx.stale_after_s,
     )
     return Current(
         team=team, prompt_retention=retention, cut_over=cut_over,
@@ -161,17 +161,18 @@ def _missing(team: str) -> str:
 
 
 class PostureService:
-    """Teams' posture as a principal may see and change it, over one runtime's store.
+    """Teams' posture as a principal may see and change it, through its
+    :class:`~sidecar.services.context.PostureContext`.
 
     Raises :class:`~sidecar.errors.ApiError` subclasses for refusals only; store failures
     propagate to the admin API's guard (``503 store_unavailable``)."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, ctx: PostureContext) -> None:
+        self._ctx = ctx
 
     async def get(self, principal: Principal, team: str) -> dict[str, Any]:
         require(principal, team, "read", not_found=_missing(team), forbidden=_missing(team))
-        return view(await current_posture(self._rt, team), self._rt.config.uplink.stale_seconds)
+        return view(await current_posture(self._ctx, team), self._ctx.stale_after_s)
 
     async def put(
         self, principal: Principal, team: str, body: PostureIn, expected_revision: int | None
@@ -181,18 +182,18 @@ class PostureService:
         require(principal, team, "read", not_found=_missing(team), forbidden=_missing(team))
         if not may_set_posture(principal, team):
             raise Forbidden(f"setting team {team!r}'s posture needs tenant_admin on the team or platform_admin")
-        rt = self._rt
-        now = rt.clock()
-        reports = await rt.store.gateway_reports(team)
+        ctx = self._ctx
+        now = ctx.clock()
+        reports = await ctx.store.gateway_reports(team)
         site = posture_site(
             reports_of(reports), prompt_retention=body.prompt_retention, cut_over=body.cut_over, now=now,
-            stale_after_s=rt.config.uplink.stale_seconds,
+            stale_after_s=ctx.stale_after_s,
         )
         reason = pause_reason(site, body.prompt_retention)
-        written = await rt.store.put_posture(
+        written = await ctx.store.put_posture(
             team, prompt_retention=body.prompt_retention, cut_over=body.cut_over,
             expected_revision=expected_revision, site=site, now=now, by=principal.subject, reason=reason,
-            effects=await pause_effects(rt.store, team, reason=reason, at=now),
+            effects=await pause_effects(ctx.store, team, reason=reason, at=now),
         )
         if not written.applied:
             have = 0 if written.posture is None else written.posture.revision
@@ -200,19 +201,19 @@ class PostureService:
                 f"team {team!r}'s posture is at revision {have}, not {expected_revision}; read it again", field=IF_MATCH
             )
         for trial_id in written.paused:
-            rt.routing.remove(trial_id)
-        if rt.retention is not None:
-            rt.retention.note_posture(team, body.prompt_retention)
+            ctx.routing.remove(trial_id)
+        if ctx.retention is not None:
+            ctx.retention.note_posture(team, body.prompt_retention)
         if not body.prompt_retention:  # nothing of the team stays in the retention window (DESIGN.md rule 8)
-            await rt.store.forget_retained(team)
+            await ctx.store.forget_retained(team)
         if written.paused:
             log.warning("team posture change paused %d trial(s) posture_changed", len(written.paused))
-        answer = view(await current_posture(rt, team), rt.config.uplink.stale_seconds)
+        answer = view(await current_posture(ctx, team), ctx.stale_after_s)
         answer["paused_trials"] = list(written.paused)
         return answer
 
     async def seed(self) -> None:
         """Store each ``[teams.NAME]`` posture the store has none of (at start)."""
-        rt = self._rt
-        for team, cfg in sorted(rt.config.teams.items()):
-            await rt.store.seed_posture(team, prompt_retention=cfg.prompt_retention, cut_over=False, now=rt.clock())
+        ctx = self._ctx
+        for team, cfg in sorted(ctx.teams.items()):
+            await ctx.store.seed_posture(team, prompt_retention=cfg.prompt_retention, cut_over=False, now=ctx.clock())

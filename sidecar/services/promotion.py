@@ -34,7 +34,7 @@ from policies.roles import Principal
 from sidecar.services.views import read_trial, trial_view
 from sidecar.errors import BadRequest, NotFound, PromotionRefused
 from sidecar.ingest.wire import split_path
-from sidecar.runtime import Runtime
+from sidecar.services.context import PromotionContext
 from sidecar.services.access import require
 from sidecar.store.watch_records import PromotionRecord, WatchRecord
 from sidecar.trials.watch_rows import first_day_row
@@ -94,31 +94,31 @@ def _wins(judgments: Any) -> tuple[int, int]:
 
 
 class PromotionService:
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, ctx: PromotionContext) -> None:
+        self._ctx = ctx
 
     async def promote(
         self, principal: Principal, trial_id: str, body: PromoteBody, raw: bytes, idempotency_key: str | None
     ) -> tuple[WatchRecord, bool]:
         """(the watch, created now). Raises :class:`PromotionRefused` with the rule's reason."""
-        rt = self._rt
-        read = await read_trial(rt, trial_id)
+        ctx = self._ctx
+        read = await read_trial(ctx.views, trial_id)
         if read is None or read.record.kind != "trial":
             raise NotFound(_missing(trial_id))
         record = read.record
         require(principal, record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
         require(principal, record.team, "write", not_found=_missing(trial_id),
                 forbidden=f"your roles may read trial {trial_id!r} but not promote it")
-        view = await trial_view(rt, read)
+        view = await trial_view(ctx.views, read)
         verdict = view["verdict"]["code"]
         evidence = "corpus" if body.evidence == "corpus" or view["verdict"].get("evidence") == "corpus" else "traffic"
         why = refusal(evidence=evidence, status=record.status, verdict=verdict)
         if why is not None and not (why == "already_promoted" and idempotency_key is not None):
             raise PromotionRefused(f"promotion of {trial_id} refused: {_WORDS[why]}", reason=why)
 
-        now = rt.clock()
+        now = ctx.clock()
         try:
-            old = rt.resolve(record.incumbent_model)
+            old = ctx.resolve(record.incumbent_model)
         except LookupError:
             raise PromotionRefused(
                 f"the replaced model {record.incumbent_model!r} no longer resolves on this sidecar, so it cannot "
@@ -160,7 +160,7 @@ class PromotionService:
         )
         key = None if idempotency_key is None else f"promote\x1f{trial_id}\x1f{idempotency_key}"
         body_hash = None if key is None else hashlib.sha256(raw).hexdigest()
-        result = await rt.store.promote(
+        result = await ctx.store.promote(
             promotion, watch, first, promotable=PROMOTABLE, idempotency_key=key, body_hash=body_hash
         )
         if result.watch is None:
@@ -170,6 +170,6 @@ class PromotionService:
             why = refusal(evidence="traffic", status=status, verdict=verdict) or "already_promoted"
             raise PromotionRefused(f"promotion of {trial_id} refused: {_WORDS[why]}", reason=why)
         if result.created:
-            rt.routing.remove(record.id)  # the adopted trial samples nothing more
-            rt.routing.add(first)  # the sentinel's first day: matched at once; peers on their refresh
+            ctx.routing.remove(record.id)  # the adopted trial samples nothing more
+            ctx.routing.add(first)  # the sentinel's first day: matched at once; peers on their refresh
         return result.watch, result.created

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 
 from sidecar.errors import BadRequest, Conflict
 from sidecar.retention.replay import selection
-from sidecar.runtime import Runtime
+from sidecar.services.context import TrialsContext
 from sidecar.services.posture import Current
 from sidecar.store.records import TrialRecord
 from sidecar.trials.create import TrialCreate
@@ -48,7 +48,7 @@ def is_replay(body: TrialCreate) -> bool:
     return False
 
 
-async def as_replay(rt: Runtime, body: TrialCreate, record: TrialRecord, posture: Current) -> TrialRecord:
+async def as_replay(ctx: TrialsContext, body: TrialCreate, record: TrialRecord, posture: Current) -> TrialRecord:
     """``record`` (built from ``body`` like a live trial) as a replay trial of its window, or the refusal."""
     assert body.source is not None
     if body.source.from_ is None or body.source.to is None:
@@ -57,7 +57,7 @@ async def as_replay(rt: Runtime, body: TrialCreate, record: TrialRecord, posture
     start, end = _epoch(body.source.from_), _epoch(body.source.to)
     if end <= start:
         raise BadRequest("source.to must be after source.from", field="$.source.to")
-    if rt.retention is None:
+    if ctx.retention is None:
         raise Conflict("replay is unavailable: this sidecar keeps no retention window ([retention] key_env is "
                        "unset, so no served exchange is kept)", code="retention_unavailable", field="$.source")
     if not posture.prompt_retention:
@@ -68,7 +68,7 @@ async def as_replay(rt: Runtime, body: TrialCreate, record: TrialRecord, posture
         raise Conflict(f"team {body.team!r}'s trials run at execution site {posture.site!r}; a replay reads this "
                        "sidecar's retention window and runs here only", code="site_unavailable", field="$.team")
     replay = dataclasses.replace(record, source="replay", source_from=start, source_to=end, execution_site="local")
-    held = await rt.store.count_retained(selection(replay, kept_after=rt.retention.keep_after()))  # expired: not held
+    held = await ctx.store.count_retained(selection(replay, kept_after=ctx.retention.keep_after()))  # expired: not held
     if held == 0:
         raise Conflict(f"the retention window holds no exchange of team {body.team!r} and model "
                        f"{body.incumbent_model!r} served in that range (what it kept more than window_seconds ago has "

@@ -8,7 +8,7 @@ and sums are filtered by team in the store's own query, so another team's rows
 never reach this process's memory on a principal's behalf. A trial records its
 starter (``started_by``, the principal's subject).
 
-Fleet-wide figures (:meth:`TrialService.fleet_spend`, the runtime's counters) carry
+Fleet-wide figures (:meth:`TrialService.fleet_spend`, the process's counts) carry
 no team dimension; they are for ``/metrics`` and the live view's process figures.
 """
 
@@ -23,7 +23,7 @@ from policies.verdict import bounds_path
 from policies.roles import Principal
 from sidecar.services.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
 from sidecar.errors import BadRequest, Conflict, NotFound
-from sidecar.runtime import Runtime
+from sidecar.services.context import TrialsContext
 from sidecar.services.access import require, require_create, visible
 from sidecar.services.posture import current_posture
 from sidecar.engine.posture_report import pause_reason
@@ -48,19 +48,20 @@ PAUSED: tuple[str, ...] = ("starter_unauthorized", "posture_changed")
 
 
 class TrialService:
-    """Trials as a principal may see and change them, over one runtime's store and routes.
+    """Trials as a principal may see and change them, through its
+    :class:`~sidecar.services.context.TrialsContext` (the store, the tap's routes, the sinks' sites).
 
     Every method raises :class:`~sidecar.errors.ApiError` subclasses only for refusals
     (not found, forbidden, conflict, bad input); store failures propagate unchanged to
     the admin API's guard, which answers ``503 store_unavailable``."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, ctx: TrialsContext) -> None:
+        self._ctx = ctx
 
     # -- reads -------------------------------------------------------------------
 
     async def _read(self, principal: Principal, trial_id: str) -> TrialRead:
-        read = await read_trial(self._rt, trial_id)
+        read = await read_trial(self._ctx.views, trial_id)
         if read is None or read.record.kind != "trial":  # a watch's day row is the watch's (/v1/watches)
             raise NotFound(_missing(trial_id))
         require(principal, read.record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))
@@ -68,13 +69,13 @@ class TrialService:
 
     async def get(self, principal: Principal, trial_id: str) -> dict[str, Any]:
         """The whole view of a trial the principal sees (its statistics folded and kept)."""
-        return await trial_view(self._rt, await self._read(principal, trial_id))
+        return await trial_view(self._ctx.views, await self._read(principal, trial_id))
 
     async def decision_path(self, principal: Principal, trial_id: str) -> list[tuple[int, float, float]]:
         """The trial's decision bounds after each judged case, in the order the cases were
         claimed (:func:`policies.verdict.bounds_path`): content-free, for the decision chart."""
         record = (await self._read(principal, trial_id)).record
-        scores = [float(score) for c in await self._rt.store.cases(trial_id)
+        scores = [float(score) for c in await self._ctx.store.cases(trial_id)
                   if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
         return bounds_path(scores, expected_cases=record.expected_cases)
 
@@ -85,33 +86,33 @@ class TrialService:
         teams = visible(principal, team)
         if teams is not None and not teams:
             return []
-        records = await self._rt.store.list_trials(teams=teams, status=status, kind="trial")
-        return [await list_item(self._rt, r) for r in records]
+        records = await self._ctx.store.list_trials(teams=teams, status=status, kind="trial")
+        return [await list_item(self._ctx.views, r) for r in records]
 
     async def spend(self, principal: Principal) -> dict[str, Any]:
         """Evaluation spend summed over the principal's teams' trials."""
         teams = visible(principal)
         if teams is not None and not teams:
             return spend_totals_view({"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0})
-        return spend_totals_view(await self._rt.store.total_spend(teams=teams))
+        return spend_totals_view(await self._ctx.store.total_spend(teams=teams))
 
     async def fleet_spend(self) -> dict[str, int]:
         """Evaluation spend over every trial, as plain sums with no team dimension (``/metrics``)."""
-        return await self._rt.store.total_spend()
+        return await self._ctx.store.total_spend()
 
     async def live(self, principal: Principal) -> dict[str, Any]:
         """``/v1/live``: the principal's running trials and spend, beside this process's
         intake figures and counters (fleet-wide, and free of team names)."""
-        rt = self._rt
+        ctx = self._ctx
         teams = visible(principal)
-        running = [] if teams is not None and not teams else await rt.store.list_trials(teams=teams, status="running", kind="trial")
+        running = [] if teams is not None and not teams else await ctx.store.list_trials(teams=teams, status="running", kind="trial")
         return {
             "alerts": [],
-            "running_trials": [await live_item(rt, r) for r in running],
+            "running_trials": [await live_item(ctx.views, r) for r in running],
             "watches": [],
             "evaluation_spend": await self.spend(principal),
-            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
-            "counters": dict(rt.counters),
+            "intake": ctx.live.intake(),
+            "counters": ctx.live.counts(),
         }
 
     # -- writes ------------------------------------------------------------------
@@ -126,32 +127,32 @@ class TrialService:
         over; the admin API passes the canonical encoding of ``body``. A repeat returns the
         first trial with its first starter."""
         require_create(principal, body.team)
-        rt = self._rt
-        posture = await current_posture(rt, body.team)
+        ctx = self._ctx
+        posture = await current_posture(ctx.posture, body.team)
         record = dataclasses.replace(
             build_trial(
                 body,
-                resolve=rt.resolve,
-                defaults=rt.defaults(),
+                resolve=ctx.resolve,
+                defaults=ctx.defaults,
                 prompt_retention=posture.prompt_retention,
                 execution_site=posture.site,
-                now=rt.clock(),
+                now=ctx.clock(),
             ),
             started_by=principal.subject,
         )
         if is_replay(body):
-            record = await as_replay(rt, body, record, posture)
-        if record.execution_site not in rt.sinks:
+            record = await as_replay(ctx, body, record, posture)
+        if record.execution_site not in ctx.sites:
             raise BadRequest(_no_sink(body.team, record.execution_site), field="$.team")
         body_hash = hashlib.sha256(raw).hexdigest() if idempotency_key else None
-        stored = await rt.store.create_trial(
+        stored = await ctx.store.create_trial(
             record, idempotency_key=idempotency_key, body_hash=body_hash,
             effects=spec_effects(record, status="running", reason=None, at=record.created_at),
         )
         created = stored.id == record.id
         if created:
-            rt.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
-            rt.replays.feed(stored)  # a replay reads the retention window instead (no route)
+            ctx.routing.add(stored)  # the tap matches it at once; peers see it on their next refresh
+            ctx.replays.feed(stored)  # a replay reads the retention window instead (no route)
             await self._recheck_posture(stored)
         # The key's fingerprint covers the team, so a repeat is the same team's trial; checked all the same.
         return await self.get(principal, stored.id), created
@@ -163,9 +164,9 @@ class TrialService:
             principal, record.team, "write", not_found=_missing(trial_id),
             forbidden=f"your roles may read trial {trial_id!r} but not stop it",
         )
-        rt = self._rt
-        now = rt.clock()
-        updated, changed = await rt.store.set_trial_status(
+        ctx = self._ctx
+        now = ctx.clock()
+        updated, changed = await ctx.store.set_trial_status(
             trial_id, "stopped", "stopped by operator", ended=True, now=now,
             effects=spec_effects(record, status="stopped", reason="stopped by operator", at=now),
         )
@@ -174,7 +175,7 @@ class TrialService:
         if not changed:  # the update is conditional, so of two concurrent stops exactly one wins
             raise Conflict(f"trial {trial_id} is already {'adopted' if updated.status == 'adopted' else 'stopped'}",
                            code="trial_not_running")
-        rt.routing.remove(trial_id)
+        ctx.routing.remove(trial_id)
         return await self.get(principal, trial_id)
 
     async def resume(self, principal: Principal, trial_id: str) -> dict[str, Any]:
@@ -187,20 +188,20 @@ class TrialService:
             principal, record.team, "write", not_found=_missing(trial_id),
             forbidden=f"your roles may read trial {trial_id!r} but not resume it",
         )
-        rt = self._rt
+        ctx = self._ctx
         if record.status not in PAUSED:
             raise Conflict(f"trial {trial_id} is {record.status}, not paused", code="trial_not_paused")
         # The site is evaluated again and pinned anew with the resume (a posture change paused it,
         # or the posture may have changed while it was paused for another reason).
-        posture = await current_posture(rt, record.team)
-        if posture.site not in rt.sinks:
+        posture = await current_posture(ctx.posture, record.team)
+        if posture.site not in ctx.sites:
             raise Conflict(_no_sink(record.team, posture.site) + "; the trial stays paused", code="site_unavailable")
         if record.source == "replay" and not (posture.prompt_retention and posture.site == "local"):
             raise Conflict(f"trial {trial_id} replays team {record.team!r}'s retention window, which its posture "
                            "no longer keeps here (prompt retention off, or control-plane execution); the trial "
                            "stays paused", code="site_unavailable" if posture.prompt_retention else "retention_off")
-        now = rt.clock()
-        updated, changed = await rt.store.resume_trial(
+        now = ctx.clock()
+        updated, changed = await ctx.store.resume_trial(
             trial_id, paused=PAUSED, started_by=principal.subject,
             execution_site=posture.site, prompt_retention=posture.prompt_retention, now=now,
             effects=spec_effects(record, status="running", reason=None, at=now, site=posture.site,
@@ -210,8 +211,8 @@ class TrialService:
             raise NotFound(_missing(trial_id))
         if not changed:
             raise Conflict(f"trial {trial_id} is {updated.status}, not paused", code="trial_not_paused")
-        rt.routing.add(updated)
-        rt.replays.feed(updated)
+        ctx.routing.add(updated)
+        ctx.replays.feed(updated)
         await self._recheck_posture(updated)
         return await self.get(principal, trial_id)
 
@@ -219,34 +220,34 @@ class TrialService:
         """A posture write that committed between this request's read of the posture and its
         pin did not pause ``record`` (it was not running yet): read the posture again, and if
         it moves the trial, pause the team's trials it moves (as the write would have)."""
-        rt = self._rt
-        now = await current_posture(rt, record.team)
+        ctx = self._ctx
+        now = await current_posture(ctx.posture, record.team)
         if needs_pause(pinned_site=record.execution_site, pinned_retention=record.prompt_retention,
                        site=now.site, prompt_retention=now.prompt_retention):
             reason = pause_reason(now.site, now.prompt_retention)
-            paused = await rt.store.pause_mismatched(
+            paused = await ctx.store.pause_mismatched(
                 record.team, site=now.site, prompt_retention=now.prompt_retention, reason=reason, now=now.now,
-                effects=await pause_effects(rt.store, record.team, reason=reason, at=now.now),
+                effects=await pause_effects(ctx.store, record.team, reason=reason, at=now.now),
             )
             for trial_id in paused:
-                rt.routing.remove(trial_id)
+                ctx.routing.remove(trial_id)
         await self._tell_collector(record)
 
     async def _tell_collector(self, record: TrialRecord) -> None:
         """A pause that committed between another writer's listing of the team's trials and its
         update paused ``record`` without its ``trial_spec`` (the writer did not know the trial yet):
         if ``record`` is paused now, write the spec (the first copy of an id wins)."""
-        rt = self._rt
-        fresh = await rt.store.get_trial(record.id)
+        ctx = self._ctx
+        fresh = await ctx.store.get_trial(record.id)
         if fresh is None or fresh.status == "running":
             return
-        at = rt.clock()
+        at = ctx.clock()
         effects = spec_effects(fresh, status=fresh.status, reason=fresh.status_reason, at=at)
         if effects:
-            await rt.store.enqueue_outbox(effects, now=at)
+            await ctx.store.enqueue_outbox(effects, now=at)
 
     async def _record(self, principal: Principal, trial_id: str) -> TrialRecord:
-        record = await self._rt.store.get_trial(trial_id)
+        record = await self._ctx.store.get_trial(trial_id)
         if record is None or record.kind != "trial":
             raise NotFound(_missing(trial_id))
         require(principal, record.team, "read", not_found=_missing(trial_id), forbidden=_missing(trial_id))

@@ -17,7 +17,7 @@ from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
 from sidecar.trials.fold import fold_trial
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
-from sidecar.runtime import Runtime
+from sidecar.services.context import ViewContext
 
 
 def _interval(iv: Any) -> dict[str, float] | None:
@@ -99,9 +99,9 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
     }
 
 
-async def evaluation(rt: Runtime, r: TrialRecord) -> Evaluation:
+async def evaluation(ctx: ViewContext, r: TrialRecord) -> Evaluation:
     """The verdict of ``r`` now, folded into (and kept with) the trial's running intersection."""
-    return (await fold_trial(rt.store, r, await rt.store.score_counts(r.id))).evaluation
+    return (await fold_trial(ctx.store, r, await ctx.store.score_counts(r.id))).evaluation
 
 
 def funnel_view(funnel: dict[str, int], states: dict[str, int]) -> dict[str, Any]:
@@ -122,23 +122,23 @@ class TrialRead:
         return self.snapshot.record
 
 
-async def read_trial(rt: Runtime, trial_id: str) -> TrialRead | None:
+async def read_trial(ctx: ViewContext, trial_id: str) -> TrialRead | None:
     """Read a trial (None: no such trial). Nothing is folded or written: the caller checks
     who may see it before :func:`trial_view` folds its statistics."""
-    async with rt.funnel.consistent():  # store counts and pending counts, each count in exactly one
-        snap = await rt.store.snapshot(trial_id)
-        pending = rt.funnel.pending(trial_id)
+    async with ctx.funnel.consistent():  # store counts and pending counts, each count in exactly one
+        snap = await ctx.store.snapshot(trial_id)
+        pending = ctx.funnel.pending(trial_id)
     return None if snap is None else TrialRead(snap, pending)
 
 
-async def trial_view(rt: Runtime, read: TrialRead) -> dict[str, Any]:
+async def trial_view(ctx: ViewContext, read: TrialRead) -> dict[str, Any]:
     """The whole view of one trial, from one consistent read of the store."""
     snap = read.snapshot
     funnel = dict(snap.funnel)
     for outcome, n in read.pending.items():
         funnel[outcome] = funnel.get(outcome, 0) + n
     r = snap.record
-    folded = await fold_trial(rt.store, r, snap.score_counts, snap.judgments)
+    folded = await fold_trial(ctx.store, r, snap.score_counts, snap.judgments)
     ev, health = folded.evaluation, folded.health
     out = summary(r)
     out.update(
@@ -157,18 +157,18 @@ async def trial_view(rt: Runtime, read: TrialRead) -> dict[str, Any]:
     return out
 
 
-async def list_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+async def list_item(ctx: ViewContext, r: TrialRecord) -> dict[str, Any]:
     """A trial as ``GET /v1/trials`` lists it: the summary, a short verdict, the spend."""
-    ev = await evaluation(rt, r)
+    ev = await evaluation(ctx, r)
     item = summary(r)
     item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
     item["spend"] = spend_view(r)
     return item
 
 
-async def live_item(rt: Runtime, r: TrialRecord) -> dict[str, Any]:
+async def live_item(ctx: ViewContext, r: TrialRecord) -> dict[str, Any]:
     """A running trial as ``GET /v1/live`` shows it: the summary, the whole verdict, the spend."""
-    ev = await evaluation(rt, r)
+    ev = await evaluation(ctx, r)
     item = summary(r)
     item["verdict"] = verdict_view(r, ev)
     item["spend"] = spend_view(r)

@@ -21,7 +21,7 @@ from policies.promotion import observation, utc_day
 from policies.roles import Principal
 from sidecar.services.views import list_item, live_item, spend_totals_view
 from sidecar.errors import BadRequest, Conflict, NotFound
-from sidecar.runtime import Runtime
+from sidecar.services.context import WatchesContext
 from sidecar.services.access import require, visible
 from sidecar.store.watch_logic import alert_id as period_alert_id
 from sidecar.store.watch_logic import alert_outbox
@@ -52,8 +52,8 @@ def alert_view(a: AlertRow) -> dict[str, Any]:
 
 
 class WatchService:
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
+    def __init__(self, ctx: WatchesContext) -> None:
+        self._ctx = ctx
 
     # -- watches -------------------------------------------------------------------
 
@@ -62,14 +62,14 @@ class WatchService:
         statistic and threshold and alert (None until it fires), today's spend against the
         daily cap."""
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
-        day = await self._rt.store.get_trial(w.current_trial_id)
-        today = utc_day(self._rt.clock())
+        day = await self._ctx.store.get_trial(w.current_trial_id)
+        today = utc_day(self._ctx.clock())
         spent = reserved = 0
         if day is not None and w.current_day == today:
             spent, reserved = day.spent_micros, day.reserved_micros
         decisive = w.old_wins + w.new_wins
-        alert = await self._rt.store.get_alert(period_alert_id(w.id, w.period))
-        promotion = await self._rt.store.get_promotion(w.id)
+        alert = await self._ctx.store.get_alert(period_alert_id(w.id, w.period))
+        promotion = await self._ctx.store.get_promotion(w.id)
         return {
             "id": w.id, "team": w.team, "status": w.status, "trial_id": w.trial_id,
             "old_model": w.old_model, "new_model": w.new_model, "route": w.route, "gateway": w.gateway,
@@ -106,10 +106,10 @@ class WatchService:
         teams = visible(principal)
         if teams is not None and not teams:
             return []
-        return [await self.view(w) for w in await self._rt.store.list_watches(teams=teams, status=status)]
+        return [await self.view(w) for w in await self._ctx.store.list_watches(teams=teams, status=status)]
 
     async def _watch(self, principal: Principal, watch_id: str) -> WatchRecord:
-        w = await self._rt.store.get_watch(watch_id)
+        w = await self._ctx.store.get_watch(watch_id)
         if w is None:
             raise NotFound(_no_watch(watch_id))
         require(principal, w.team, "read", not_found=_no_watch(watch_id), forbidden=_no_watch(watch_id))
@@ -125,11 +125,11 @@ class WatchService:
         judged cases of earlier periods skipped): content-free, for the watch's chart."""
         w = await self._watch(principal, watch_id)
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
-        rows = sorted((r for r in await self._rt.store.list_trials(teams=[w.team], kind="watch") if r.watch_id == w.id),
+        rows = sorted((r for r in await self._ctx.store.list_trials(teams=[w.team], kind="watch") if r.watch_id == w.id),
                       key=lambda r: (r.created_at, r.id))
         observations: builtins.list[cusum.Observation] = []
         for row in rows:
-            observations += [observation(float(score)) for c in await self._rt.store.cases(row.id)
+            observations += [observation(float(score)) for c in await self._ctx.store.cases(row.id)
                              if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
         return cusum.statistic_path(design, observations[w.judged_before:])
 
@@ -137,12 +137,12 @@ class WatchService:
         w = await self._watch(principal, watch_id)
         require(principal, w.team, "write", not_found=_no_watch(watch_id),
                 forbidden=f"your roles may read watch {watch_id!r} but not stop it")
-        updated, changed = await self._rt.store.stop_watch(watch_id, now=self._rt.clock())
+        updated, changed = await self._ctx.store.stop_watch(watch_id, now=self._ctx.clock())
         if updated is None:
             raise NotFound(_no_watch(watch_id))
         if not changed:
             raise Conflict(f"watch {watch_id} is already stopped", code="watch_not_active")
-        self._rt.routing.remove(w.current_trial_id)
+        self._ctx.routing.remove(w.current_trial_id)
         return await self.view(updated)
 
     # -- alerts --------------------------------------------------------------------
@@ -151,7 +151,7 @@ class WatchService:
         teams = visible(principal)
         if teams is not None and not teams:
             return []
-        return [alert_view(a) for a in await self._rt.store.list_alerts(teams=teams, status=status)]
+        return [alert_view(a) for a in await self._ctx.store.list_alerts(teams=teams, status=status)]
 
     async def next_design(self, watch_id: str) -> str | None:
         """The design of a watch's next period: the detector designed afresh for the upper
@@ -160,8 +160,8 @@ class WatchService:
         gets an honest baseline at its next period. The baseline stays anchored to the
         promotion's evidence, never to the period that fired: a drift that goes on after the
         resolve is seen again. None (the watch keeps its design) without those counts."""
-        w = await self._rt.store.get_watch(watch_id)
-        promotion = await self._rt.store.get_promotion(watch_id)
+        w = await self._ctx.store.get_watch(watch_id)
+        promotion = await self._ctx.store.get_promotion(watch_id)
         if w is None or promotion is None:
             return None
         wins = json.loads(promotion.evidence_json).get("decisive_primary_judgments")
@@ -174,20 +174,20 @@ class WatchService:
     async def move_alert(self, principal: Principal, alert_id: str, to: str) -> dict[str, Any]:
         """Acknowledge (from firing) or resolve (from firing or acknowledged) an alert; resolving
         re-arms its watch (a new period, in the same transaction)."""
-        rt = self._rt
-        a = await rt.store.get_alert(alert_id)
+        ctx = self._ctx
+        a = await ctx.store.get_alert(alert_id)
         if a is None:
             raise NotFound(_no_alert(alert_id))
         require(principal, a.team, "read", not_found=_no_alert(alert_id), forbidden=_no_alert(alert_id))
         require(principal, a.team, "write", not_found=_no_alert(alert_id),
                 forbidden=f"your roles may read alert {alert_id!r} but not change it")
         allowed = ("firing",) if to == "acknowledged" else ("firing", "acknowledged")
-        now = rt.clock()
+        now = ctx.clock()
         outbox = None
-        if rt.config.uplink.enabled:
+        if ctx.uplink_enabled:
             outbox = alert_outbox(alert_id, watch_id=a.watch_id, team=a.team, state=to, at=now)  # type: ignore[arg-type]
         design = await self.next_design(a.watch_id) if to == "resolved" else None
-        updated, changed = await rt.store.transition_alert(
+        updated, changed = await ctx.store.transition_alert(
             alert_id, to, allowed_from=allowed, actor=principal.subject, now=now, outbox=outbox,
             next_design_json=design,
         )
@@ -202,20 +202,20 @@ class WatchService:
     async def live(self, principal: Principal) -> dict[str, Any]:
         """Firing alerts first, then the tiles: running trials, active watches, firing alerts,
         evaluation spend (today, last 7 days) beside the served exchanges' metered cost."""
-        rt = self._rt
+        ctx = self._ctx
         teams = visible(principal)
         none = teams is not None and not teams
-        firing = [] if none else [alert_view(a) for a in await rt.store.list_alerts(teams=teams, status="firing")]
-        running = [] if none else await rt.store.list_trials(teams=teams, status="running", kind="trial")
-        watches = [] if none else await rt.store.list_watches(teams=teams, status="active")
-        now = rt.clock()
+        firing = [] if none else [alert_view(a) for a in await ctx.store.list_alerts(teams=teams, status="firing")]
+        running = [] if none else await ctx.store.list_trials(teams=teams, status="running", kind="trial")
+        watches = [] if none else await ctx.store.list_watches(teams=teams, status="active")
+        now = ctx.clock()
         midnight = _dt.datetime.fromtimestamp(now, tz=_dt.timezone.utc).replace(
             hour=0, minute=0, second=0, microsecond=0).timestamp()
         windows: dict[str, dict[str, Any]] = {}
         for name, since in (("today", midnight), ("last_7_days", now - 7 * DAY_S)):
             w = {"charged": 0, "cases": 0, "incumbent_known": 0, "incumbent_unknown": 0}
             if not none:
-                w = await rt.store.spend_window(since=since, until=now + 1e-6, teams=teams)
+                w = await ctx.store.spend_window(since=since, until=now + 1e-6, teams=teams)
             windows[name] = {
                 "since": since,
                 "evaluation": {"charged_micros": w["charged"], "cases": w["cases"], "basis": "list_price"},
@@ -225,10 +225,10 @@ class WatchService:
                 },
             }
         totals = spend_totals_view(
-            {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0} if none else await rt.store.total_spend(teams=teams)
+            {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0} if none else await ctx.store.total_spend(teams=teams)
         )
         spend = {**totals, **windows, "note": "evaluation spend is shown beside the gateway's metered spend, never summed with it"}
-        running_items = [await live_item(rt, r) for r in running]
+        running_items = [await live_item(ctx.views, r) for r in running]
         watch_items = [await self.view(w) for w in watches]
         return {
             "alerts": firing,
@@ -242,8 +242,8 @@ class WatchService:
             "running_trials": running_items,
             "watches": watch_items,
             "evaluation_spend": spend,
-            "intake": {"depth": rt.handoff.depth, "capacity": rt.handoff.maxsize, "in_flight": rt.engine.in_flight},
-            "counters": dict(rt.counters),
+            "intake": ctx.live.intake(),
+            "counters": ctx.live.counts(),
         }
 
     # -- results -------------------------------------------------------------------
@@ -257,14 +257,14 @@ class WatchService:
         teams = visible(principal, team)
         traffic: list[dict[str, Any]] = []
         if teams is None or teams:
-            for r in await self._rt.store.list_trials(teams=teams, status=status, kind="trial"):
+            for r in await self._ctx.store.list_trials(teams=teams, status=status, kind="trial"):
                 if model is not None and model not in (r.incumbent_model, r.candidate_model):
                     continue
                 if since is not None and r.created_at < since:
                     continue
                 if until is not None and r.created_at >= until + DAY_S:
                     continue
-                item = await list_item(self._rt, r)
+                item = await list_item(self._ctx.views, r)
                 item["evidence"] = "traffic"
                 traffic.append(item)
         return {"traffic": traffic, "corpus": [],

@@ -89,8 +89,11 @@ FINISH_REASONS = frozenset(
      "tool_use", "refusal", "pause_turn"}
 )
 
-#: Tap refusals and excluded gateway figures (sidecar.api.tap counts them in ``rt.counters``).
-TAP_REJECTED = ("malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding")
+#: Tap refusals and excluded gateway figures (:class:`sidecar.telemetry.counters.TapCounters`).
+TapRejection = Literal["malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding"]
+TAP_REJECTED: tuple[TapRejection, ...] = (
+    "malformed", "too_large", "unauthorized", "read_timeout", "unsupported_encoding",
+)
 TAP_FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
 #: Why a gateway plugin dropped an exchange, as it reports it (sidecar.ingest.plugin_stats).
 PLUGIN_DROP_REASONS: tuple[str, ...] = plugin_stats.REASONS
@@ -151,6 +154,23 @@ RETENTION_EVENTS = ("kept", "evicted_age", "evicted_count", "evicted_bytes", "sh
                     "skipped_retention_off", "skipped_redacted", "write_failed", "forgotten")
 #: Compare requests (:mod:`sidecar.services.compare`) by how they ended: counts only.
 COMPARE_RESULTS = ("streamed", "refused")
+
+#: The main process's own counts that are ``/metrics`` series (by these reading keys, in :data:`METRICS`),
+#: and those read on ``/v1/live`` only: gateway refusals for a team, tap failures, the sheds of
+#: a batch, journal write errors, gateway tokens without the role.
+#: :class:`sidecar.telemetry.counters.TapCounters` has one int field of each name.
+TAP_COUNTER_SERIES: tuple[str, ...] = (
+    ("exchanges_received", "cases_sampled")
+    + tuple(f"tap_rejected_{r}" for r in TAP_REJECTED)
+    + tuple(f"tap_figures_excluded_{f}" for f in TAP_FIGURES)
+    + tuple(f"litellm_webhook_skipped_{r}" for r in WEBHOOK_SKIPS)
+    + tuple(f"retention_{e}" for e in RETENTION_EVENTS)
+    + tuple(f"compare_{r}" for r in COMPARE_RESULTS)
+)
+TAP_COUNTERS_UNEXPORTED: tuple[str, ...] = (
+    "tap_exchanges_refused_team", "tap_failed", "cases_shed", "journal_write_errors", "tap_rejected_forbidden",
+)
+TAP_COUNTERS = TAP_COUNTER_SERIES + TAP_COUNTERS_UNEXPORTED
 
 METRICS: tuple[Metric, ...] = (
     Metric("shadowtrial.exchanges.received", "shadowtrial_exchanges_received_total", "counter", "{exchange}",

@@ -20,14 +20,10 @@ from typing import Mapping, Protocol
 from sidecar.store.records import OUTCOMES
 from sidecar.telemetry.names import (
     CALL_RESULTS,
-    COMPARE_RESULTS,
-    RETENTION_EVENTS,
     JUDGMENT_OUTCOMES,
     PLUGIN_DROP_REASONS,
     ROLES,
-    TAP_FIGURES,
-    TAP_REJECTED,
-    WEBHOOK_SKIPS,
+    TAP_COUNTER_SERIES,
 )
 from sidecar.telemetry.tally import Tally
 
@@ -38,14 +34,7 @@ ENGINE_KEYS = (
     + tuple(f"judgment.{o}" for o in JUDGMENT_OUTCOMES)
     + tuple(f"call.{role}.{r}" for role in ROLES for r in CALL_RESULTS)
 )
-TAP_COUNTER_KEYS = (
-    ("exchanges_received", "cases_sampled")
-    + tuple(f"tap_rejected_{r}" for r in TAP_REJECTED)
-    + tuple(f"tap_figures_excluded_{f}" for f in TAP_FIGURES)
-    + tuple(f"litellm_webhook_skipped_{r}" for r in WEBHOOK_SKIPS)
-    + tuple(f"retention_{e}" for e in RETENTION_EVENTS)
-    + tuple(f"compare_{r}" for r in COMPARE_RESULTS)
-)
+TAP_COUNTER_KEYS = TAP_COUNTER_SERIES
 #: ``TrialService.fleet_spend`` keys → reading keys.
 SPEND_KEYS = {"known": "spend.known", "reserved": "spend.reserved", "unknown_calls": "spend.unknown_calls"}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -243,6 +244,10 @@ class _BrokenStore:
 class _BrokenRuntime:
     store = _BrokenStore()
     config = load_config(None, {})  # the defaults
+    price_book = None
+    # Each service is handed its family's context; the trials' reads the broken store.
+    contexts = SimpleNamespace(trials=SimpleNamespace(store=store), posture=None, compare=None, watches=None,
+                               promotion=None)
 
 
 async def test_an_unexpected_error_is_a_500_in_the_json_shape() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from sidecar.seal import Sealer
 from sidecar.retention.window import RetentionWindow
 from sidecar.store import make_store
 from sidecar.store.records import RetainedSelection
+from sidecar.telemetry.counters import TapCounters
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange, wait_for
 from tests.store.factories import trial
 from tests.sidecar.services.test_replay import KEY_ENV, WINDOW
@@ -102,7 +102,7 @@ async def test_a_replay_feeds_only_what_has_not_expired_when_each_page_is_read(t
     try:
         sealer = Sealer(os.urandom(32))
         now = 10_000.0
-        window = RetentionWindow(RetentionConfig(key_env="K", window_seconds=100.0), sealer, store, Counter(),
+        window = RetentionWindow(RetentionConfig(key_env="K", window_seconds=100.0), sealer, store, TapCounters(),
                                  default_retention=lambda team: True, clock=lambda: now)
         old = [(msgspec.convert(exchange(i), Exchange), now - 500.0) for i in range(20)]
         new = [(msgspec.convert(exchange(100 + i), Exchange), now - 10.0) for i in range(5)]

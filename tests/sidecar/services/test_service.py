@@ -56,7 +56,7 @@ class World:
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     async with Harness(tmp_path, auth=True) as h:
-        svc = TrialService(h.runtime)
+        svc = TrialService(h.runtime.contexts.trials)
         alice = Principal.of(f"alice-{A_CANARY}", ["developer"], [TEAM_A])
         bob = Principal.of(f"bob-{B_CANARY}", ["developer"], [TEAM_B])
         a_body, b_body = body(TEAM_A, A_CANARY), body(TEAM_B, B_CANARY)
