@@ -456,8 +456,8 @@ async def test_the_next_period_is_designed_for_the_promotions_upper_bound_by_tod
             assert await store.claim_case(start(f"c{i}", day.id)) == "claimed"
             await store.finish_case(finish(f"c{i}", day.id, effects=(WatchStep("wa1", f"c{i}", "old_wins", 3000.0 + i),)),
                                     "A")
-        rt = SimpleNamespace(store=store, clock=lambda: 4000.0, config=SimpleNamespace(uplink=SimpleNamespace(enabled=False)))
-        service = WatchService(rt)  # type: ignore[arg-type]
+        ctx = SimpleNamespace(store=store, clock=lambda: 4000.0, uplink_enabled=False)  # a WatchesContext's parts
+        service = WatchService(ctx)  # type: ignore[arg-type]
         resolved = await service.move_alert(Principal.of("carol", ["platform_admin"], []), "wa1.alert", "resolved")
         assert resolved["status"] == "resolved" and resolved["period"] == 1
         armed = await store.get_watch("wa1")
