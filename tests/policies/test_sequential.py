@@ -52,7 +52,11 @@ def _fixed_bootstrap_code(x_prefix_counts: np.ndarray, n: int, identity: str) ->
     counts = ScoreCounts(tuple(float(v) for v in VALUES[keep]), tuple(int(c) for c in x_prefix_counts[keep]))
     iv = bootstrap_interval(counts, identity=identity)
     assert iv is not None
-    return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.05, min_cases=20)
+    # The textbook reading of a fixed interval (it excludes parity), as the normal contrast beside
+    # it: peeking is the point here. With the tolerance rule of issue 23 (the interval beyond
+    # parity +- 0.05) the same peeking still reads a wrong direction in 6.6% of the first 500
+    # null trials, over the 5% it promises.
+    return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.0, min_cases=20)
 
 
 def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:

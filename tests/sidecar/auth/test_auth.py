@@ -376,7 +376,8 @@ async def test_the_demo_mints_its_own_token_and_still_decides(capsys: pytest.Cap
 
     assert await run_demo(seed=7) == 0
     out = capsys.readouterr().out
-    assert "final verdict" in out and "(inconclusive)" not in out and "(candidate_" in out
+    # Adoptable: not worse by more than the tolerance (not_worse), or better (issue 23's rule).
+    assert "final verdict" in out and "(inconclusive)" not in out and "Adoptable (" in out
 
 
 async def test_sighup_reloads_the_keys_of_a_running_serve(tmp_path: Path) -> None:
