@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import json
 import tempfile
 import time
-from collections import Counter
+from sidecar.telemetry.counters import TapCounters
 from types import SimpleNamespace
 from sidecar.ingest.intake import ingest
 from sidecar.ingest.routing import RoutingTable, Route, Routes
@@ -33,7 +33,7 @@ def rt_for(rate, full, journal):
     rt.routing = RoutingTable(); rt.routing.current = Routes([Route("t1", ex0["team"], ex0["model"], None, None, rate, "local", True)])
     h = Handoff(10000)
     if full: h.offer_many([object()] * 10000)
-    rt.sinks = {"local": h}; rt.journals = {"local": journal} if journal is not None else {}; rt.funnel = FunnelCounter(); rt.counters = Counter()
+    rt.sinks = {"local": h}; rt.journals = {"local": journal} if journal is not None else {}; rt.funnel = FunnelCounter(); rt.counters = TapCounters()
     rt.outbox_full = False
     rt.retention = None  # the retention window off: the tap path as it was measured
     return rt
