@@ -52,7 +52,7 @@ class CollectedStore(Protocol):
         """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
         their exchange yet, of trials this store holds that will not run them: paused, or pinned
         to another site since (re-pinned by a resume). The collector records each ``shed_stopped``
-        (:meth:`sidecar.control_plane.ControlPlane.settle_unrunnable`), so every stored exchange
+        (:meth:`sidecar.collector.control_plane.ControlPlane.settle_unrunnable`), so every stored exchange
         gets its one outcome even when its trial paused before it ran."""
         ...
 
