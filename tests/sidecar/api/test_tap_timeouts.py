@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
 from sidecar.config import load_config
 from sidecar.errors import ConfigError
 from tests.harness import Harness, exchange
+from tests.sidecar.api import raw_http
 
 #: The configured bounds (seconds) and how long a test waits for the server to act on them.
 BOUND = 0.5
@@ -29,50 +28,17 @@ TIMEOUTS = {"SHADOWTRIAL_TAP__READ_TIMEOUT_SECONDS": str(BOUND), "SHADOWTRIAL_TA
 
 async def connect(h: Harness) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     assert h.sidecar
-    url = urlsplit(h.sidecar.tap_url)
-    assert url.hostname and url.port
-    return await asyncio.open_connection(url.hostname, url.port)
+    return await raw_http.connect(h.sidecar.tap_url)
 
 
 async def read_until_closed(reader: asyncio.StreamReader, deadline: float = DEADLINE) -> bytes:
-    """Everything the server sends until it closes the connection; fails if it is still open at the deadline."""
-    received = b""
-    end = time.monotonic() + deadline
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"the tap kept the connection open for {deadline} s (bound {BOUND} s)")
-        try:
-            chunk = await asyncio.wait_for(reader.read(65536), timeout=left)
-        except asyncio.TimeoutError:
-            continue
-        except ConnectionResetError:
-            return received
-        if not chunk:
-            return received
-        received += chunk
+    """Everything the tap sends until it closes the connection (:mod:`tests.sidecar.api.raw_http`)."""
+    return await raw_http.read_until_closed(reader, deadline)
 
 
 async def paced(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> bytes:
-    """Send ``data`` a byte at a time, the next byte whenever the server has said nothing for
-    0.1 s, until the server answers or closes; return what it sent until it closed."""
-    end = time.monotonic() + DEADLINE
-    for i in range(len(data)):
-        if time.monotonic() > end:
-            raise AssertionError(f"the tap kept a trickling connection open for {DEADLINE} s")
-        try:
-            chunk = await asyncio.wait_for(reader.read(65536), timeout=0.1)
-        except asyncio.TimeoutError:
-            try:
-                writer.write(data[i : i + 1])
-                await writer.drain()
-            except ConnectionError:
-                return b""
-            continue
-        except ConnectionResetError:
-            return b""
-        return chunk + (await read_until_closed(reader) if chunk else b"")
-    raise AssertionError("the whole request was trickled in before the tap cut it off; make it longer")
+    """``data`` a byte at a time until the tap answers or closes (:func:`raw_http.paced`)."""
+    return await raw_http.paced(reader, writer, data, DEADLINE)
 
 
 def close(writer: asyncio.StreamWriter) -> None:
