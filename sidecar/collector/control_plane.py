@@ -30,7 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Sequence
 
 import msgspec
 
@@ -190,15 +190,7 @@ class ControlPlane:
         store = self._store
         bodies = await store.unrunnable_exchanges(limit=SETTLE_BATCH + len(self._bad))
         recorded = 0
-        for body in bodies:
-            if body in self._bad:
-                continue
-            try:
-                claim = claim_of(body)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                log.error("a stored exchange record cannot be read (%s); it is skipped", type(exc).__name__)
-                self._bad.add(body)
-                continue
+        for claim in self._readable(bodies):
             trial_id, exchange_id, now = claim.trial_id, claim.exchange.exchange_id, self._clock()
             start = CaseStart(
                 case_id=case_id_for(trial_id, exchange_id), trial_id=trial_id, exchange_id=exchange_id,
@@ -221,6 +213,20 @@ class ControlPlane:
             log.warning("%d stored exchange(s) of paused or re-pinned trials recorded shed_stopped", recorded)
         return recorded
 
+    def _readable(self, bodies: Sequence[bytes]) -> list[Claim]:
+        """The claims of stored exchange records; one that cannot be read is logged once and
+        skipped from then on (``self._bad``)."""
+        claims: list[Claim] = []
+        for body in bodies:
+            if body in self._bad:
+                continue
+            try:
+                claims.append(claim_of(body))
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                log.error("a stored exchange record cannot be read (%s); it is skipped", type(exc).__name__)
+                self._bad.add(body)
+        return claims
+
     async def offer_pending(self) -> int:
         """Offer stored exchanges without a case to the engine, as many as it has room for."""
         assert self._store is not None
@@ -228,17 +234,7 @@ class ControlPlane:
         if room <= 0:
             return 0
         bodies = await self._store.pending_exchanges(limit=room + len(self._offered) + len(self._bad))
-        pending: list[tuple[tuple[str, str], Claim]] = []
-        for body in bodies:
-            if body in self._bad:
-                continue
-            try:
-                claim = claim_of(body)
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-                log.error("a stored exchange record cannot be run (%s); it is skipped", type(exc).__name__)
-                self._bad.add(body)
-                continue
-            pending.append(((claim.trial_id, claim.exchange.exchange_id), claim))
+        pending = [((claim.trial_id, claim.exchange.exchange_id), claim) for claim in self._readable(bodies)]
         # What is no longer pending has its case now (claimed, run, or counted).
         self._offered &= {key for key, _ in pending}
         fresh = [(key, claim) for key, claim in pending if key not in self._offered][:room]
