@@ -39,6 +39,7 @@ from sidecar.collector.corpus.pages import corpus_console_app
 from sidecar.collector.corpus.api import Services, corpus_app
 from sidecar.collector.corpus.context import CorpusContext
 from sidecar.collector.corpus.runner import CorpusRunner, RunnerSettings
+from sidecar.collector.corpus.targets import targets
 from sidecar.engine.parts import configured_retention, open_providers, price_book, resolver, trial_defaults
 from sidecar.config import CollectorConfig, Config, split_listen
 from sidecar.collector.control_plane import ControlPlane, collected_traffic
@@ -192,10 +193,11 @@ def corpus_context(config: Config, store: ControlPlaneStore) -> CorpusContext:
     """What the corpus services need on the collector, from its config and store. Seeding from
     traffic reads the exchanges forwarded for the team's control-plane trials (the traffic
     the control plane holds; a team judged locally keeps its traffic in its sidecars)."""
+    book = price_book(config)
     return CorpusContext(
-        store=store, clock=time.time, resolve=resolver(config, price_book(config)),
+        store=store, clock=time.time, resolve=resolver(config, book),
         defaults=trial_defaults(config), default_retention=lambda team: configured_retention(config, team),
-        retained=collected_traffic(store),
+        retained=collected_traffic(store), targets=targets(config, book),
     )
 
 
@@ -204,8 +206,10 @@ def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Super
     e = config.engine
     settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
                               items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
+    book = price_book(config)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
-                        resolve=resolver(config, price_book(config)), settings=settings, supervisor=supervisor)
+                        resolve=resolver(config, book), settings=settings, supervisor=supervisor,
+                        targets=targets(config, book))
 
 
 def _where(cfg: CollectorConfig) -> str:

@@ -14,6 +14,7 @@ import msgspec.inspect as mi
 from policies.money import Price
 from sidecar.errors import ConfigError
 from sidecar.prices import AliasEntry, PriceBook
+from sidecar.config.agents import AgentConfig
 from sidecar.config.fields import BARE_KEY, ENV_PREFIX, RESERVED_ENV, Section, split_listen, toml_key
 from sidecar.config.sections import (
     AdminConfig, AlertsConfig, AuthConfig, EngineConfig, JudgeConfig, ModelConfig, PricesConfig,
@@ -40,6 +41,8 @@ class Config(Section, frozen=True):
     prices: PricesConfig = msgspec.field(default_factory=PricesConfig)
     providers: dict[str, ProviderConfig] = {}
     models: dict[str, ModelConfig] = {}
+    #: Agents A/B comparisons can run (OpenAI-compatible endpoints; sidecar/config/agents.py).
+    agents: dict[str, AgentConfig] = {}
     teams: dict[str, TeamConfig] = {}
     sidecar: SidecarConfig = msgspec.field(default_factory=SidecarConfig)
     retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
@@ -56,6 +59,11 @@ class Config(Section, frozen=True):
                 raise ValueError(
                     f"models.{alias}.provider: {entry.provider!r} is not a configured provider (configured: {configured})"
                 )
+        for name, agent in self.agents.items():
+            kind = self.providers[agent.provider].kind if agent.provider in self.providers else None
+            if kind != "openai":
+                raise ValueError(f"agents.{name}.provider: {agent.provider!r} is not a configured provider of kind "
+                                 f"\"openai\" (an agent is an OpenAI-compatible endpoint; configured: {configured})")
         tap_addr = split_listen(self.tap.listen)
         if tap_addr[1] != 0 and tap_addr == split_listen(self.admin.listen):  # port 0: each binds its own free port
             raise ValueError(f"tap.listen and admin.listen are the same address ({self.tap.listen})")
@@ -134,7 +142,8 @@ def resolve_model(config: Config, alias_or_name: str, prices: PriceBook | None =
 
 # --- loading -----------------------------------------------------------------
 
-_NAMED_TABLES: dict[str, type[Section]] = {"providers": ProviderConfig, "models": ModelConfig, "teams": TeamConfig}
+_NAMED_TABLES: dict[str, type[Section]] = {"providers": ProviderConfig, "models": ModelConfig, "teams": TeamConfig,
+                                           "agents": AgentConfig}
 
 
 def load_config(path: str | None, environ: Mapping[str, str]) -> Config:

@@ -267,10 +267,15 @@ class ModelConfig(Section, frozen=True):
     model: str = ""
     input_price_per_mtok: PricePerMtok | None = None
     output_price_per_mtok: PricePerMtok | None = None
+    #: Named versions of this alias: version -> the upstream model name serving it (same provider;
+    #: the alias's list price, else the price map's for that name). An A/B side's ``version`` is one.
+    versions: dict[str, str] = {}
 
     def _validate(self) -> None:
         if (self.input_price_per_mtok is None) != (self.output_price_per_mtok is None):
             raise ValueError("set both input_price_per_mtok and output_price_per_mtok, or neither")
+        if any(not v or not upstream for v, upstream in self.versions.items()):
+            raise ValueError("versions maps a non-empty version name to a non-empty upstream model name")
         for name in ("input_price_per_mtok", "output_price_per_mtok"):
             value = getattr(self, name)
             if value is not None and 0 < value < MIN_NONZERO_PRICE_PER_MTOK_USD:

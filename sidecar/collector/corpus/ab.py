@@ -9,12 +9,12 @@
 
 An A/B comparison is a two-arm comparison group (arms ``baseline`` and ``candidate``, one
 repetition, the suite's metrics) run by the same runner (:mod:`sidecar.collector.corpus.runner`):
-corpus evidence, spend capped at the plan's worst case, never promotable. A side of
-``type: model`` is called as the model alias ``ref``; ``outputs`` — ``{"baseline": {item id:
-answer}, "candidate": {…}}``, either side optional — scores the given answers instead of
-calling that side's target (no generation call; model graders still grade). A side of type
-``agent`` or ``prompt`` names something the control plane cannot call, so it must come with
-its outputs. ``version`` is recorded as given.
+corpus evidence, spend capped at the plan's worst case, never promotable. What a side calls —
+a model alias at a pinned ``version``, a registered agent, a prompt template rendered over each
+item and sent to a model — and how ``outputs`` are given (a list in item order or a map by
+item id; empty: the side runs) is :mod:`sidecar.collector.corpus.ab_sides`. Given outputs are
+scored instead of calling that side's target (no generation call; model graders still grade).
+The view's ``pinned`` shows what each side ran (provider, upstream model, cost basis, template hash).
 
 Each per-metric row: ``metric``, ``baseline``, ``candidate`` (each side's mean score; for the
 paired judge the win rates, parity 0.5 against the candidate's), ``delta``, ``comparator``
@@ -33,9 +33,10 @@ Categorical metrics have no numeric winner and are not rows; a metric not applic
 side at all (latency of given outputs) is listed with ``applicable: false`` and left out.
 
 Errors: ``422 comparison_invalid`` naming the field — a side without ``ref``, a bad
-``type``, equal sides, ``tolerance`` outside [0, 1], ``outputs`` not an object (or not
-``{side: {item id: text}}``), an unknown field, an agent or prompt side without outputs;
-``404 not_found`` for an unknown suite. Roles: writers (``tenant_admin``, ``developer``,
+``type``, equal sides, ``tolerance`` outside [0, 1], ``outputs`` not an object (or a side's
+neither a list nor a map of texts, or a list whose length is not the number of items), an
+unknown field, a version that cannot be pinned, an unregistered agent, a prompt side without
+template or model (and without outputs); ``404 not_found`` for an unknown suite. Roles: writers (``tenant_admin``, ``developer``,
 ``security_officer``) create; readers add ``auditor``, ``viewer``, ``finops``;
 ``platform_admin`` passes.
 """
@@ -52,19 +53,25 @@ from policies.corpus_verdict import ABRow, ab_verdict, band_for, corpus_interval
 from policies.experiments import admit, plan_arm
 from policies.graders import MODEL_GRADERS, canonical, content_hash
 from policies.roles import Principal
+from sidecar.collector.corpus.ab_sides import (
+    SIDES,
+    check_outputs,
+    check_pair,
+    check_side,
+    outputs_by_item,
+    pinned,
+    side_target,
+)
 from sidecar.collector.corpus.context import CorpusContext
 from sidecar.collector.corpus.datasets import require_write
 from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
-from sidecar.collector.corpus.plan import Arm, plan_worst_case, suite_items
+from sidecar.collector.corpus.plan import Arm, arm_targets, plan_worst_case, suite_items
 from sidecar.collector.corpus.runs import latest_attempts
 from sidecar.errors import NotFound
 from sidecar.services.access import visible
 from sidecar.collector.store.corpus_records import ComparisonRecord
 
-SIDES = ("baseline", "candidate")
-TYPES = ("model", "agent", "prompt")
 _FIELDS = ("suite_id", "baseline", "candidate", "tolerance", "outputs")
-_SIDE_FIELDS = ("type", "ref", "version")
 DEFAULT_TOLERANCE = 0.05
 LISTED = 200
 
@@ -73,27 +80,9 @@ def _invalid(message: str, field: str) -> ComparisonInvalid:
     return ComparisonInvalid(message, field=field)
 
 
-def _side(body: Mapping[str, Any], side: str) -> dict[str, Any]:
-    raw = body.get(side)
-    if not isinstance(raw, dict):
-        raise _invalid(f"{side} must be an object {{type, ref, version}}", f"$.{side}")
-    for name in raw:
-        if name not in _SIDE_FIELDS:
-            raise _invalid(f"{side} takes {', '.join(_SIDE_FIELDS)}; {name!r} is unknown", f"$.{side}.{name}")
-    kind = raw.get("type", "model")
-    if kind not in TYPES:
-        raise _invalid(f"{side}.type must be one of {', '.join(TYPES)}, got {kind!r}", f"$.{side}.type")
-    ref = raw.get("ref")
-    if not isinstance(ref, str) or not ref.strip():
-        raise _invalid(f"{side} needs a ref (the model, agent or prompt it names)", f"$.{side}.ref")
-    version = raw.get("version")
-    if version is not None and (isinstance(version, bool) or not isinstance(version, (str, int))):
-        raise _invalid(f"{side}.version must be a string", f"$.{side}.version")
-    return {"type": kind, "ref": ref, "version": None if version is None else str(version)}
-
-
 def check_body(body: Any) -> dict[str, Any]:
-    """The request, checked: every refusal is ``comparison_invalid`` naming its field."""
+    """The request, checked: every refusal is ``comparison_invalid`` naming its field
+    (the sides and outputs: :mod:`sidecar.collector.corpus.ab_sides`)."""
     if not isinstance(body, dict):
         raise _invalid("the body must be a JSON object", "$")
     for name in body:
@@ -102,30 +91,12 @@ def check_body(body: Any) -> dict[str, Any]:
     suite_id = body.get("suite_id")
     if not isinstance(suite_id, str) or not suite_id:
         raise _invalid("suite_id is required", "$.suite_id")
-    sides = {side: _side(body, side) for side in SIDES}
-    if sides["baseline"] == sides["candidate"]:
-        raise _invalid("baseline and candidate are the same (type, ref and version): nothing to compare",
-                       "$.candidate")
+    sides = {side: check_side(body, side) for side in SIDES}
     tolerance = body.get("tolerance", DEFAULT_TOLERANCE)
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance <= 1.0:
         raise _invalid(f"tolerance must be a number in [0, 1], got {tolerance!r}", "$.tolerance")
-    outputs = body.get("outputs")
-    given: dict[str, dict[str, str]] = {}
-    if outputs is not None:
-        if not isinstance(outputs, dict):
-            raise _invalid("outputs must be an object: {\"baseline\": {item id: answer}, \"candidate\": {…}}",
-                           "$.outputs")
-        for side, answers in outputs.items():
-            if side not in SIDES:
-                raise _invalid(f"outputs are given per side ({', '.join(SIDES)}); {side!r} is not one",
-                               f"$.outputs.{side}")
-            if not isinstance(answers, dict) or not all(isinstance(v, str) for v in answers.values()):
-                raise _invalid(f"outputs.{side} must map item ids to answer texts", f"$.outputs.{side}")
-            given[side] = answers
-    for side in SIDES:
-        if sides[side]["type"] != "model" and side not in given:
-            raise _invalid(f"the {side} is a {sides[side]['type']}, which the control plane cannot call: give its "
-                           f"answers in outputs.{side}", f"$.outputs.{side}")
+    given = check_outputs(body.get("outputs"))
+    check_pair(sides, given)
     return {"suite_id": suite_id, "sides": sides, "tolerance": float(tolerance), "outputs": given}
 
 
@@ -150,22 +121,21 @@ class ABService:
         arms_spec: list[dict[str, Any]] = []
         arms: list[Arm] = []
         readiness_arms: list[dict[str, Any]] = []
-        for n, side in enumerate(SIDES):
+        for side in SIDES:
             s = body["sides"][side]
-            outputs = body["outputs"].get(side)
+            answers = body["outputs"].get(side)
+            outputs = None if answers is None else outputs_by_item(side, answers, items)
+            kind, name, version, goes_to = "model", s["ref"], s["version"], None
             if outputs is None:
-                try:
-                    r = self._ctx.resolve(s["ref"])
-                except LookupError as exc:
-                    raise Unprocessable(str(exc), field=f"$.{side}.ref", code="model_unresolved") from exc
-                if r.price is None:
-                    raise Unprocessable(f"model {s['ref']!r} has no list price: the spend could not be capped",
-                                        field=f"$.{side}.ref", code="spend_unbounded")
+                kind, name, version, goes_to = side_target(side, s, self._ctx.targets, self._ctx.resolve)
+            template = s.get("template") if outputs is None else None
             settings = {"max_tokens": self._ctx.defaults.candidate_max_tokens}
-            arms_spec.append({"name": side, "model": s["ref"], "system_prompt": None, "params": {},
-                              "outputs": outputs, **{f"side_{k}": v for k, v in s.items()}})
-            arms.append(Arm(side, s["ref"], None, settings, outputs))
-            readiness_arms.append({"name": side, "settings": settings})
+            arms_spec.append({"name": side, "model": name, "system_prompt": None, "params": {},
+                              "outputs": outputs, "target_kind": kind, "version": version, "template": template,
+                              **{f"side_{k}": v for k, v in s.items() if k != "template"}})
+            arms.append(Arm(side, name, None, settings, outputs, kind, version, template))
+            readiness_arms.append({"name": side, "settings": settings,
+                                   "pinned": None if goes_to is None else pinned(goes_to, s)})
         model_graders = sum(1 for m in metrics if m["kind"] in MODEL_GRADERS)
         admission = admit([plan_arm(side, items=len(items), repetitions=1, model_graders=model_graders)
                            for side in SIDES])
@@ -173,7 +143,8 @@ class ABService:
             raise Unprocessable(f"the comparison plans {admission.group_total:,} invocations; an arm may plan at most "
                                 f"{admission.limit:,}", field="$.suite_id", code="comparison_invocation_limit")
         try:
-            worst = plan_worst_case(arms, metrics, items, 1, self._ctx.resolve)
+            worst = plan_worst_case(arms, metrics, items, 1, self._ctx.resolve,
+                                    arm_targets(self._ctx.targets, self._ctx.resolve))
         except LookupError as exc:
             raise Unprocessable(str(exc), field="$.suite_id", code="model_unresolved") from exc
         if worst is None:
@@ -220,6 +191,9 @@ class ABService:
             "baseline_run_id": f"{record.id}.baseline", "candidate_run_id": f"{record.id}.candidate",
             "tolerance": ab["tolerance"], "status": record.status, "created_at": record.created_at,
             "created_by": record.created_by,
+            # What each side ran: its provider and upstream model (a version pinned), an agent's cost basis,
+            # a prompt's template hash; None for a side scored from given outputs.
+            "pinned": {a["name"]: a.get("pinned") for a in json.loads(record.readiness)["arms"]},
         }
         if not rows:
             return out

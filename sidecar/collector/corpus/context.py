@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterable, Callable, Protocol
 
 from sidecar.ingest.wire import Exchange
+from sidecar.collector.corpus.targets import TargetResolver
 from sidecar.collector.store.base import CorpusRunStore, CorpusStore
 from sidecar.store.base import PostureStore
 from sidecar.trials.create import Resolved, TrialDefaults
@@ -35,6 +36,8 @@ class CorpusContext:
     retained: RetainedSource | None = None
     #: Called after a change the runner should see at once (a retry queued); None: it polls.
     on_change: Callable[[], None] | None = None
+    #: What an A/B side calls (model versions, agents); None: plain model aliases only.
+    targets: TargetResolver | None = None
 
     @classmethod
     def from_runtime(cls, rt: Any, *, retained: RetainedSource | None = None) -> CorpusContext:

@@ -15,9 +15,11 @@ from judge.absolute import RETRY_TEXT, render_messages
 from judge.paired import MAX_CALLS_PER_JUDGMENT, judge_input_upper_bound
 from judge.version import JudgeSpec
 from policies.money import Price, input_tokens_upper_bound, worst_case_micros
+from policies.prompt_templates import render
 from policies.reservation import BYTES_PER_TOKEN_ESTIMATE
 from sidecar.collector.corpus.datasets import slice_rows
 from sidecar.collector.corpus.items import Item, decode_row
+from sidecar.collector.corpus.targets import Target, TargetResolver
 from sidecar.collector.store.base import CorpusStore
 from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.trials.create import Resolved
@@ -31,12 +33,20 @@ class Arm:
     settings: Mapping[str, Any]
     #: Given answers by item id (an A/B comparison's ``outputs``): scored, the target never called.
     outputs: Mapping[str, str] | None = None
+    #: What ``model`` names (:mod:`sidecar.collector.corpus.targets`): a model alias or an agent.
+    target_kind: str = "model"
+    #: The pinned version of ``model`` (None: the alias itself).
+    version: str | None = None
+    #: A prompt side's template (:mod:`policies.prompt_templates`), rendered over each item.
+    template: Mapping[str, str] | None = None
 
     @property
     def max_tokens(self) -> int:
         return int(self.settings["max_tokens"])
 
     def messages(self, item: Item) -> list[dict[str, Any]]:
+        if self.template is not None:
+            return render(self.template, item.messages, item.metadata)
         head = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
         return [*head, *(dict(m) for m in item.messages)]
 
@@ -78,7 +88,8 @@ async def load_plan(store: CorpusStore, comparison: ComparisonRecord) -> GroupPl
     spec = msgspec.json.decode(comparison.spec)
     readiness = msgspec.json.decode(comparison.readiness)
     metrics, items = await suite_items(store, comparison.suite_id)
-    arms = tuple(Arm(a["name"], a["model"], a.get("system_prompt"), r["settings"], a.get("outputs"))
+    arms = tuple(Arm(a["name"], a["model"], a.get("system_prompt"), r["settings"], a.get("outputs"),
+                     a.get("target_kind", "model"), a.get("version"), a.get("template"))
                  for a, r in zip(spec["arms"], readiness["arms"]))
     return GroupPlan(comparison, arms, tuple(metrics), tuple(items), int(spec["repetitions"]),
                      spec["primary_metric"], float(spec.get("tolerance") or DEFAULT_TOLERANCE))
@@ -95,6 +106,37 @@ def _texts(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 def generation_worst_case(price: Price, arm: Arm, item: Item) -> int:
     messages = arm.messages(item)
     return worst_case_micros(price, input_tokens_upper_bound(*_texts(messages), messages=len(messages)), arm.max_tokens)
+
+
+def target_worst_case(target: Target, arm: Arm, item: Item) -> int | None:
+    """One generation's reservation: from the list price, or an agent's declared per-call
+    ceiling when its cost is unknown; None when neither bounds it."""
+    if target.price is not None:
+        return generation_worst_case(target.price, arm, item)
+    return target.ceiling_micros
+
+
+ArmTarget = Callable[[Arm], Target]
+
+
+def default_target(resolve: Callable[[str], Resolved]) -> ArmTarget:
+    """An arm's target through the plain model resolver (no versions, no agents)."""
+    def target(arm: Arm) -> Target:
+        r = resolve(arm.model)
+        return Target("model", r.provider, r.upstream, r.price)
+    return target
+
+
+def arm_targets(targets: TargetResolver | None, resolve: Callable[[str], Resolved]) -> ArmTarget:
+    """An arm's target: through ``targets`` (versions, agents) when configured, else the plain resolver.
+    Raises ``LookupError`` (a :class:`~sidecar.collector.corpus.targets.TargetError` naming its part)."""
+    if targets is None:
+        return default_target(resolve)
+    resolver = targets
+
+    def target(arm: Arm) -> Target:
+        return resolver(arm.target_kind, arm.model, arm.version)
+    return target
 
 
 def paired_spec(metric: Mapping[str, Any]) -> JudgeSpec:
@@ -119,18 +161,21 @@ def absolute_worst_case(price: Price, metric: Mapping[str, Any], conversation: S
 
 
 def plan_worst_case(arms: Sequence[Arm], metrics: Sequence[Mapping[str, Any]], items: Sequence[Item],
-                    repetitions: int, resolve: Callable[[str], Resolved]) -> int | None:
-    """The most the whole group can cost (every generation at ``max_tokens``, every model
-    grader at its call limit, answers at a typical bytes-per-token); None when a model has no
-    list price. A start's default cap."""
+                    repetitions: int, resolve: Callable[[str], Resolved],
+                    target: ArmTarget | None = None) -> int | None:
+    """The most the whole group can cost (every generation at ``max_tokens`` or an agent's
+    declared ceiling, every model grader at its call limit, answers at a typical
+    bytes-per-token); None when a model has no list price. A start's default cap. ``target``
+    resolves an arm's generation target (default: ``resolve`` on its model)."""
+    arm_target = target or default_target(resolve)
     total = 0
     for arm in arms:
-        price = None if arm.outputs is not None else resolve(arm.model).price
-        if price is None and arm.outputs is None:
+        goes_to = None if arm.outputs is not None else arm_target(arm)
+        if goes_to is not None and not goes_to.bounded:
             return None
         answer = "x" * (arm.max_tokens * BYTES_PER_TOKEN_ESTIMATE)
         for item in items:
-            per_rep = 0 if price is None else generation_worst_case(price, arm, item)
+            per_rep = 0 if goes_to is None else (target_worst_case(goes_to, arm, item) or 0)
             conversation = arm.messages(item)
             for m in metrics:
                 judge_price = resolve(m["spec"]["model"]).price if m["kind"] in ("paired_judge", "absolute_judge") \

@@ -59,11 +59,13 @@ from sidecar.collector.corpus.plan import (
     Arm,
     GroupPlan,
     absolute_worst_case,
-    generation_worst_case,
+    arm_targets,
     load_plan,
     paired_spec,
     paired_worst_case,
+    target_worst_case,
 )
+from sidecar.collector.corpus.targets import Target, TargetResolver
 from sidecar.engine.case import ORDER_KEY
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.providers.base import ChatRequest, Provider
@@ -104,8 +106,10 @@ class CorpusRunner:
 
     def __init__(self, *, store: ControlPlaneStore, open_providers: Callable[[], Mapping[str, Provider]],
                  resolve: Callable[[str], Resolved], settings: RunnerSettings = RunnerSettings(),
-                 clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None) -> None:
+                 clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None,
+                 targets: TargetResolver | None = None) -> None:
         self._store = store
+        self._arm_target = arm_targets(targets, resolve)
         self._supervisor = supervisor or Supervisor()
         self._open_providers = open_providers
         self._resolve = resolve
@@ -290,8 +294,8 @@ class CorpusRunner:
             for rep in range(1, plan.repetitions + 1):
                 found = state.latest.get((arm.name, item.id, item.revision_id, rep))
                 if found is None or found.status == "queued":
-                    price = self._resolve(arm.model).price
-                    return None if price is None else generation_worst_case(price, arm, item)
+                    target = self._target(arm)
+                    return None if target is None else target_worst_case(target, arm, item)
         for metric, b, c in self._pairs_to_judge(state, item):
             price = self._resolve(metric["spec"]["model"]).price
             if price is not None:
@@ -343,18 +347,18 @@ class CorpusRunner:
         if arm.outputs is not None:
             await self._given(state, arm, item, rep, queued)
             return
-        resolved = self._resolve(arm.model)
-        if resolved.price is None or resolved.provider not in self._providers:
-            log.error("arm %s of group %s cannot run: model %s is unpriced or its provider is not configured",
-                      arm.name, cid, arm.model)
+        target = self._target(arm)
+        worst = None if target is None else target_worst_case(target, arm, item)
+        if target is None or worst is None or target.provider not in self._providers:
+            log.error("arm %s of group %s cannot run: %s %s is unknown, its spend unbounded or its provider not "
+                      "configured", arm.name, cid, arm.target_kind, arm.model)
             return
         now = self._clock()
         number = 1 if queued is None else queued.attempt
         record = AttemptRecord(
             attempt_id(cid, arm.name, item.id, item.revision_id, rep, number), cid, arm.name, item.id,
             item.revision_id, rep, number, None if queued is None else queued.retry_of, "claimed",
-            self.settings.owner, now + self.settings.lease_s, generation_worst_case(resolved.price, arm, item),
-            now if queued is None else queued.created_at)
+            self.settings.owner, now + self.settings.lease_s, worst, now if queued is None else queued.created_at)
         claimed = await self._store.claim_attempt(record)
         key = (arm.name, item.id, item.revision_id, rep)
         if claimed == "cap":
@@ -366,9 +370,10 @@ class CorpusRunner:
         params = dict(arm.settings)
         headers = {self.settings.shadow_header: "1", "X-Shadowtrial-Comparison": cid}
         self.calls += 1
-        result = await self._providers[resolved.provider].chat(
-            ChatRequest(model=resolved.upstream, messages=arm.messages(item), params=params, headers=headers))
-        cost, charge = charge_of(resolved.price, result, record.reserved_micros)
+        result = await self._providers[target.provider].chat(
+            ChatRequest(model=target.upstream, messages=arm.messages(item), params=params, headers=headers))
+        # An agent of unknown cost (price None) is charged its whole reserved ceiling.
+        cost, charge = charge_of(target.price, result, record.reserved_micros)
         scores: list[ScoreRecord] = []
         answer = result.content or ""
         if result.ok:
@@ -385,6 +390,13 @@ class CorpusRunner:
         if await self._store.finish_attempt(done, charge_micros=charge, scores=scores):
             state.latest[key] = done
             state.judged.update((s.attempt_id, s.metric) for s in scores)
+
+    def _target(self, arm: Arm) -> Target | None:
+        """Where ``arm`` generates (its model at its version, or its agent); None when that cannot be resolved."""
+        try:
+            return self._arm_target(arm)
+        except LookupError:
+            return None
 
     async def _given(self, state: _GroupState, arm: Arm, item: Item, rep: int, queued: AttemptRecord | None) -> None:
         """An arm scored from given outputs: its attempt records the given answer; no target is called."""

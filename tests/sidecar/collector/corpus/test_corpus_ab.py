@@ -17,8 +17,9 @@ PATH = "/v1/evaluations/comparisons"
 
 
 def body(suite: str, **over: Any) -> dict[str, Any]:
-    return {"suite_id": suite, "baseline": {"type": "model", "ref": INCUMBENT, "version": "2024-06"},
-            "candidate": {"type": "model", "ref": CANDIDATE, "version": "2025-01"}, "tolerance": 0.05, **over}
+    # No version: these aliases name none (a version they cannot pin is refused: test_corpus_ab_sides.py).
+    return {"suite_id": suite, "baseline": {"type": "model", "ref": INCUMBENT, "version": ""},
+            "candidate": {"type": "model", "ref": CANDIDATE, "version": ""}, "tolerance": 0.05, **over}
 
 
 async def finished(api: Api, cid: str) -> dict[str, Any]:
@@ -56,7 +57,7 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
                 "$.candidate": {**b, "candidate": dict(b["baseline"])},
                 "$.tolerance": {**b, "tolerance": 1.5},
                 "$.outputs": {**b, "outputs": ["not", "an", "object"]},
-                "$.outputs.candidate": {**b, "candidate": {"type": "agent", "ref": "support-bot"}},
+                "$.outputs.baseline": {**b, "outputs": {"baseline": ["one answer for six items"]}},
                 "$.colour": {**b, "colour": "blue"},
             }
             answers: dict[str, tuple[int, str, str | None]] = {}
@@ -89,7 +90,11 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
                 "suite_id": graders_only, "baseline": {"type": "prompt", "ref": "support-v1"},
                 "candidate": {"type": "agent", "ref": "support-bot", "version": "7"},
                 "outputs": {"baseline": {f"{i}": "wrong" for i in range(6)},
-                            "candidate": {}}})
+                            "candidate": {"0": "a map may leave items out"}}})
+            # An unregistered agent with nothing given is refused naming it (issue 24, item 3).
+            unregistered = await api.call("POST", PATH, json={
+                "suite_id": graders_only, "baseline": {"type": "model", "ref": INCUMBENT},
+                "candidate": {"type": "agent", "ref": "support-bot"}, "outputs": {"baseline": [], "candidate": {}}})
             assert given.status_code == 201, given.text
             items = (await api.call("GET", f"/v1/datasets/{ds30}/versions/1/items", reads_content=True)).json()["items"]
             right = await api.call("POST", PATH, json={
@@ -111,6 +116,7 @@ async def test_ab_comparisons_validate_answer_roles_and_reach_verdicts(tmp_path:
           f"outputs only: {scored['verdict']}, {no_calls} provider calls")
     for field, got in answers.items():
         assert got == (422, "comparison_invalid", field), (field, got)
+    assert unregistered.status_code == 422 and unregistered.json()["error"]["field"] == "$.candidate.ref"
     assert negative.status_code == 422 and negative.json()["error"]["field"] == "$.tolerance"
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     for role in ("tenant_admin", "developer", "security_officer", "platform_admin"):
