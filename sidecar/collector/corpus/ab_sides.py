@@ -135,7 +135,7 @@ def outputs_by_item(side: str, answers: Given, items: Sequence[Item]) -> dict[st
     return {item.id: text for item, text in zip(items, answers)}
 
 
-def _fallback(resolve: Callable[[str], Resolved]) -> TargetResolver:
+def model_targets(resolve: Callable[[str], Resolved]) -> TargetResolver:
     """Without configured targets: plain model aliases, no versions, no agents."""
     def target(kind: str, ref: str, version: str | None) -> Target:
         if kind == "agent":
@@ -155,7 +155,7 @@ def side_target(side: str, s: Mapping[str, Any], targets: TargetResolver | None,
     """What a side without outputs calls: ``(target kind, model or agent name, version, target)``.
     Refusals name the field: ``comparison_invalid`` for a version it cannot pin or an unknown
     agent, ``model_unresolved`` for an unknown model, ``spend_unbounded`` for a cost without a bound."""
-    resolver = targets or _fallback(resolve)
+    resolver = targets or model_targets(resolve)
     if s["type"] == "prompt":
         kind, name, version, field = "model", s["model"], None, f"$.{side}.model"
     else:

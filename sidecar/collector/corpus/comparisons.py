@@ -4,12 +4,16 @@ Nothing here calls a model; running an admitted group is not built yet.
 Body of ``POST /v1/comparisons/readiness`` and ``POST /v1/comparisons``::
 
     {"suite_id": "su_…", "repetitions": 3, "primary_metric": "pref",
-     "arms": [{"name": "today", "model": "gpt-a"},
+     "arms": [{"name": "today", "model": "gpt-a", "version": "2025-01"},
               {"name": "next", "model": "gpt-b", "system_prompt": "…", "params": {"temperature": 0.2}}],
      "readiness_token": "…"}                                            (start only)
 
+An arm's ``version`` runs the upstream model its alias's ``versions`` table maps it to
+(:mod:`sidecar.collector.corpus.targets`); a version the alias does not map is refused
+``422 comparison_invalid`` naming ``$.arms[n].version``, never run as the unversioned model.
+
 **Readiness** (read-only) answers each arm's resolved model (provider, upstream name,
-list price), route, system-prompt hash and settings; what differs
+version, list price), route, system-prompt hash and settings; what differs
 between arms beyond the model; the planned invocations per arm and the admission; any
 ``problems`` that would refuse a start; and a ``readiness_token``, a hash of the whole
 answer.
@@ -47,7 +51,9 @@ from policies.roles import Principal
 from sidecar.collector.corpus.context import CorpusContext
 from sidecar.collector.corpus.datasets import Name, require_write
 from sidecar.collector.corpus.run_service import RunService
-from sidecar.collector.corpus.plan import DEFAULT_TOLERANCE, Arm, plan_worst_case, suite_items
+from sidecar.collector.corpus.ab_sides import model_targets
+from sidecar.collector.corpus.plan import DEFAULT_TOLERANCE, Arm, arm_targets, plan_worst_case, suite_items
+from sidecar.collector.corpus.targets import TargetError
 from sidecar.collector.corpus.suites import SuiteService
 from sidecar.collector.corpus.errors import ComparisonInvalid, Unprocessable
 from sidecar.errors import BadRequest, Conflict, NotFound
@@ -72,6 +78,8 @@ class ParamsIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True, omit_def
 class ArmIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     name: Name
     model: Name
+    #: A version of the model alias (its ``versions`` table); None: the alias itself.
+    version: Name | None = None
     route: Name | None = None
     system_prompt: Annotated[str, msgspec.Meta(max_length=200_000)] | None = None
     params: ParamsIn = ParamsIn()
@@ -133,9 +141,11 @@ class ComparisonService:
             names.add(arm.name)
             resolved: dict[str, Any] | None = None
             try:
-                r = self._ctx.resolve(arm.model)
-            except LookupError as exc:
-                problems.append({"code": "model_unresolved", "field": f"$.arms[{n}].model", "message": str(exc)})
+                r = (self._ctx.targets or model_targets(self._ctx.resolve))("model", arm.model, arm.version)
+            except TargetError as exc:
+                if exc.part == "version":
+                    raise ComparisonInvalid(exc.message, field=f"$.arms[{n}].version") from exc
+                problems.append({"code": "model_unresolved", "field": f"$.arms[{n}].model", "message": exc.message})
             else:
                 resolved = {"provider": r.provider, "upstream_model": r.upstream, "priced": r.price is not None,
                             "list_price": None if r.price is None else {
@@ -148,7 +158,8 @@ class ComparisonService:
             settings = msgspec.to_builtins(arm.params)
             settings.setdefault("max_tokens", self._ctx.defaults.candidate_max_tokens)
             p_hash = prompt_hash(arm.system_prompt)
-            arms.append({"name": arm.name, "model": arm.model, "resolved": resolved, "route": arm.route,
+            arms.append({"name": arm.name, "model": arm.model, **({} if arm.version is None else {"version": arm.version}),
+                         "resolved": resolved, "route": arm.route,
                          "prompt_hash": p_hash, "settings": settings})
             facts.append(ArmFacts(arm.name, arm.model, arm.route, p_hash, settings))
         items = await self._suites.item_count(suite)
@@ -181,9 +192,11 @@ class ComparisonService:
     async def _spend(self, suite_id: str, body: ComparisonIn, arms: list[dict[str, Any]]) -> dict[str, Any]:
         """The plan's worst case and the cap a start will hold (read-only; list prices)."""
         metrics, items = await suite_items(self._ctx.store, suite_id)
-        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"]) for a, r in zip(body.arms, arms)]
+        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"], version=a.version)
+                   for a, r in zip(body.arms, arms)]
         try:
-            worst = plan_worst_case(planned, metrics, items, body.repetitions, self._ctx.resolve)
+            worst = plan_worst_case(planned, metrics, items, body.repetitions, self._ctx.resolve,
+                                    arm_targets(self._ctx.targets, self._ctx.resolve))
         except LookupError:
             worst = None
         cap = round(body.spend_cap_usd * 1_000_000) if body.spend_cap_usd is not None else worst
@@ -192,7 +205,7 @@ class ComparisonService:
 
     async def start(self, principal: Principal, body: ComparisonIn, request_key: str) -> tuple[dict[str, Any], bool]:
         """Start (admit) the group; (view, created). See the module docs for the order of checks."""
-        body_hash = content_hash(msgspec.to_builtins(body))
+        body_hash = content_hash(_builtins(body))
         store = self._ctx.store
         found = await store.find_request_key(request_key)
         if found is not None:
@@ -216,7 +229,7 @@ class ComparisonService:
                            code="stale_preflight")
         record = ComparisonRecord(
             f"cg_{uuid.uuid4().hex}", answer["team"], answer["suite"]["id"],
-            canonical(msgspec.to_builtins(body)), canonical(answer), answer["readiness_token"],
+            canonical(_builtins(body)), canonical(answer), answer["readiness_token"],
             answer["planned"]["group_total"], "admitted", self._ctx.clock(), principal.subject)
         stored, created = await store.create_comparison(record, request_key=request_key, body_hash=body_hash)
         return comparison_view(stored), created
@@ -234,6 +247,16 @@ class ComparisonService:
     async def listing(self, principal: Principal, team: str | None, suite_id: str | None) -> list[dict[str, Any]]:
         records = await self._ctx.store.list_comparisons(teams=visible(principal, team), suite_id=suite_id)
         return [comparison_view(c) for c in records]
+
+
+def _builtins(body: ComparisonIn) -> dict[str, Any]:
+    """The body as stored and hashed; an arm without a version is stored as before versions
+    existed, so a start retried across the upgrade keeps its request key's body hash."""
+    out: dict[str, Any] = msgspec.to_builtins(body)
+    for arm in out["arms"]:
+        if arm.get("version") is None:
+            arm.pop("version", None)
+    return out
 
 
 def _refusal(problem: dict[str, Any]) -> Unprocessable:

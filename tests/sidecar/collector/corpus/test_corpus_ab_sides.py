@@ -10,7 +10,14 @@ from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, wait_for
-from tests.sidecar.collector.corpus.runs_kit import Api, collector_toml, open_collector, planted_models
+from tests.sidecar.collector.corpus.runs_kit import (
+    Api,
+    collector_toml,
+    group_body,
+    open_collector,
+    planted_models,
+    start_group,
+)
 
 PATH = "/v1/evaluations/comparisons"
 EXACT = [{"name": "exact", "kind": "grader", "grader": {"type": "exact_match"}}]
@@ -207,3 +214,33 @@ async def test_agent_and_prompt_sides_are_called_with_their_cost_bounded(tmp_pat
     assert error(refusals["bad_placeholder"]) == (422, "comparison_invalid", "$.baseline.template.user")
     assert error(refusals["same_version_two_templates"]) == (422, "comparison_invalid", "$.candidate.version")
     assert JUDGE not in {r.model for r in fake.requests}
+
+
+async def test_a_group_arm_version_runs_its_pinned_upstream_model_or_is_refused(tmp_path: Path) -> None:
+    async with FakeProvider(planted_models(), seed=6) as fake:
+        path, auth = collector_toml(tmp_path, fake.base_url)
+        path.write_text(path.read_text() + VERSIONED)
+        server = await open_collector(path)
+        api = Api(auth, server.url)
+        try:
+            suite = await api.suite(await api.dataset(3), EXACT)
+            body = group_body(suite, primary="exact")
+            body["arms"] = [{"name": "today", "model": "base-m", "version": "2025-01"},
+                            {"name": "next", "model": "base-m", "version": "2026-01"}]
+            ready = (await api.call("POST", "/v1/comparisons/readiness", json=body)).json()
+            started = await start_group(api, body, "versions-1")
+            assert started.status_code == 201, started.text
+            cid = started.json()["id"]
+
+            async def completed() -> bool:
+                return (await api.call("GET", f"/v1/comparisons/{cid}")).json()["status"] == "completed"
+
+            await wait_for(completed, what="the group's completion")
+            bad = dict(body, arms=[body["arms"][0], {"name": "next", "model": "base-m", "version": "2099-01"}])
+            refused = await api.call("POST", "/v1/comparisons/readiness", json=bad)
+        finally:
+            await api.aclose()
+            await server.stop()
+    assert [a["resolved"]["upstream_model"] for a in ready["arms"]] == [INCUMBENT, CANDIDATE]
+    assert fake.calls[INCUMBENT] == 3 and fake.calls[CANDIDATE] == 3 and fake.calls["base-m"] == 0
+    assert error(refused) == (422, "comparison_invalid", "$.arms[1].version")
