@@ -187,6 +187,7 @@ def plan_worst_case(arms: Sequence[Arm], metrics: Sequence[Mapping[str, Any]], i
                 elif m["kind"] == "paired_judge" and arm is not arms[0]:
                     if judge_price is None:
                         return None
-                    per_rep += paired_worst_case(judge_price, m, conversation, answer, answer)
+                    # The runner's paired judge reads the baseline's conversation (a prompt baseline's rendered one).
+                    per_rep += paired_worst_case(judge_price, m, arms[0].messages(item), answer, answer)
             total += per_rep * repetitions
     return total
