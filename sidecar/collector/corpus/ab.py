@@ -36,9 +36,9 @@ Errors: ``422 comparison_invalid`` naming the field — a side without ``ref``, 
 ``type``, equal sides, ``tolerance`` outside [0, 1], ``outputs`` not an object (or a side's
 neither a list nor a map of texts, or a list whose length is not the number of items), an
 unknown field, a version that cannot be pinned, an unregistered agent, a prompt side without
-template or model (and without outputs); ``404 not_found`` for an unknown suite. Roles: writers (``tenant_admin``, ``developer``,
-``security_officer``) create; readers add ``auditor``, ``viewer``, ``finops``;
-``platform_admin`` passes.
+template or model (and without outputs); ``404 not_found`` for an unknown suite. Roles:
+writers (``tenant_admin``, ``developer``, ``security_officer``) create; readers add
+``auditor``, ``viewer``, ``finops``; ``platform_admin`` passes.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Body of ``POST /v1/comparisons/readiness`` and ``POST /v1/comparisons``::
 An arm's ``version`` runs the upstream model its alias's ``versions`` table maps it to
 (:mod:`sidecar.collector.corpus.targets`); a version the alias does not map is refused
 ``422 comparison_invalid`` naming ``$.arms[n].version``, never run as the unversioned model.
+An arm of ``"kind": "agent"`` calls the registered agent ``model`` names (an unregistered one
+is ``comparison_invalid`` naming ``$.arms[n].model``; one of unknown cost without a ceiling is
+the problem ``spend_unbounded``).
 
 **Readiness** (read-only) answers each arm's resolved model (provider, upstream name,
 version, list price), route, system-prompt hash and settings; what differs
@@ -30,7 +33,7 @@ stored ``admitted`` (``201``).
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -80,6 +83,8 @@ class ArmIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     model: Name
     #: A version of the model alias (its ``versions`` table); None: the alias itself.
     version: Name | None = None
+    #: ``agent``: ``model`` names a registered agent (``[agents.NAME]``), called like a model.
+    kind: Literal["model", "agent"] = "model"
     route: Name | None = None
     system_prompt: Annotated[str, msgspec.Meta(max_length=200_000)] | None = None
     params: ParamsIn = ParamsIn()
@@ -141,24 +146,32 @@ class ComparisonService:
             names.add(arm.name)
             resolved: dict[str, Any] | None = None
             try:
-                r = (self._ctx.targets or model_targets(self._ctx.resolve))("model", arm.model, arm.version)
+                r = (self._ctx.targets or model_targets(self._ctx.resolve))(arm.kind, arm.model, arm.version)
             except TargetError as exc:
                 if exc.part == "version":
                     raise ComparisonInvalid(exc.message, field=f"$.arms[{n}].version") from exc
-                problems.append({"code": "model_unresolved", "field": f"$.arms[{n}].model", "message": exc.message})
+                if exc.part == "ref" and arm.kind == "agent":
+                    raise ComparisonInvalid(exc.message, field=f"$.arms[{n}].model") from exc
+                code = "spend_unbounded" if exc.part == "cost" else "model_unresolved"
+                problems.append({"code": code, "field": f"$.arms[{n}].model", "message": exc.message})
             else:
                 resolved = {"provider": r.provider, "upstream_model": r.upstream, "priced": r.price is not None,
                             "list_price": None if r.price is None else {
                                 "input_micros_per_mtok": r.price.input_per_mtok,
                                 "output_micros_per_mtok": r.price.output_per_mtok}}
-                if r.price is None:
+                if arm.kind == "agent":
+                    resolved["kind"] = "agent"
+                    if r.price is None:
+                        resolved.update(cost="unknown", reserved_per_call_micros=r.ceiling_micros)
+                if not r.bounded:
                     problems.append({"code": "spend_unbounded", "field": f"$.arms[{n}].model",
                                      "message": f"model {arm.model!r} has no list price: the group's spend could "
                                                 "not be capped"})
             settings = msgspec.to_builtins(arm.params)
             settings.setdefault("max_tokens", self._ctx.defaults.candidate_max_tokens)
             p_hash = prompt_hash(arm.system_prompt)
-            arms.append({"name": arm.name, "model": arm.model, **({} if arm.version is None else {"version": arm.version}),
+            arms.append({"name": arm.name, "model": arm.model, **({} if arm.kind == "model" else {"kind": arm.kind}),
+                         **({} if arm.version is None else {"version": arm.version}),
                          "resolved": resolved, "route": arm.route,
                          "prompt_hash": p_hash, "settings": settings})
             facts.append(ArmFacts(arm.name, arm.model, arm.route, p_hash, settings))
@@ -192,7 +205,7 @@ class ComparisonService:
     async def _spend(self, suite_id: str, body: ComparisonIn, arms: list[dict[str, Any]]) -> dict[str, Any]:
         """The plan's worst case and the cap a start will hold (read-only; list prices)."""
         metrics, items = await suite_items(self._ctx.store, suite_id)
-        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"], version=a.version)
+        planned = [Arm(a.name, a.model, a.system_prompt, r["settings"], target_kind=a.kind, version=a.version)
                    for a, r in zip(body.arms, arms)]
         try:
             worst = plan_worst_case(planned, metrics, items, body.repetitions, self._ctx.resolve,
@@ -256,6 +269,8 @@ def _builtins(body: ComparisonIn) -> dict[str, Any]:
     for arm in out["arms"]:
         if arm.get("version") is None:
             arm.pop("version", None)
+        if arm.get("kind") == "model":
+            arm.pop("kind", None)
     return out
 
 

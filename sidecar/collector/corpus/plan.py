@@ -89,7 +89,7 @@ async def load_plan(store: CorpusStore, comparison: ComparisonRecord) -> GroupPl
     readiness = msgspec.json.decode(comparison.readiness)
     metrics, items = await suite_items(store, comparison.suite_id)
     arms = tuple(Arm(a["name"], a["model"], a.get("system_prompt"), r["settings"], a.get("outputs"),
-                     a.get("target_kind", "model"), a.get("version"), a.get("template"))
+                     a.get("target_kind") or a.get("kind") or "model", a.get("version"), a.get("template"))
                  for a, r in zip(spec["arms"], readiness["arms"]))
     return GroupPlan(comparison, arms, tuple(metrics), tuple(items), int(spec["repetitions"]),
                      spec["primary_metric"], float(spec.get("tolerance") or DEFAULT_TOLERANCE))

@@ -177,10 +177,12 @@ async def test_agent_and_prompt_sides_are_called_with_their_cost_bounded(tmp_pat
                     "type": "agent", "ref": "support-bot", "version": "99"}}),
                 "no_ceiling": await api.call("POST", PATH, json={"suite_id": suite, "baseline": prompt, "candidate": {
                     "type": "agent", "ref": "open-ended"}}),
-                "no_template": await api.call("POST", PATH, json={"suite_id": suite, "baseline": {
-                    "type": "prompt", "ref": "support-prompt", "version": "3", "model": INCUMBENT}, "candidate": agent}),
-                "bad_placeholder": await api.call("POST", PATH, json={"suite_id": suite, "candidate": agent, "baseline": {
-                    **prompt, "template": {"user": "{{expected}}"}}}),
+                "no_template": await api.call("POST", PATH, json={
+                    "suite_id": suite, "candidate": agent,
+                    "baseline": {"type": "prompt", "ref": "support-prompt", "version": "3", "model": INCUMBENT}}),
+                "bad_placeholder": await api.call("POST", PATH, json={
+                    "suite_id": suite, "candidate": agent,
+                    "baseline": {**prompt, "template": {"user": "{{expected}}"}}}),
                 "same_version_two_templates": await api.call("POST", PATH, json={
                     "suite_id": suite, "baseline": prompt,
                     "candidate": {**prompt, "template": {"user": "Other: {{input}}"}}}),
@@ -244,3 +246,41 @@ async def test_a_group_arm_version_runs_its_pinned_upstream_model_or_is_refused(
     assert [a["resolved"]["upstream_model"] for a in ready["arms"]] == [INCUMBENT, CANDIDATE]
     assert fake.calls[INCUMBENT] == 3 and fake.calls[CANDIDATE] == 3 and fake.calls["base-m"] == 0
     assert error(refused) == (422, "comparison_invalid", "$.arms[1].version")
+
+
+async def test_a_group_arm_of_kind_agent_calls_the_registered_agent_with_its_cost_bounded(tmp_path: Path) -> None:
+    async with FakeProvider(planted_models(), seed=7) as fake:
+        path, auth = collector_toml(tmp_path, fake.base_url)
+        path.write_text(path.read_text() + AGENTS.replace("{base_url}", fake.base_url))
+        server = await open_collector(path)
+        api = Api(auth, server.url)
+        try:
+            suite = await api.suite(await api.dataset(3), EXACT)
+            body = group_body(suite, primary="exact")
+            body["arms"] = [{"name": "today", "model": INCUMBENT},
+                            {"name": "bot", "model": "support-bot", "kind": "agent", "version": "7"}]
+            ready = (await api.call("POST", "/v1/comparisons/readiness", json=body)).json()
+            started = await start_group(api, body, "agent-arm-1")
+            assert started.status_code == 201, started.text
+            cid = started.json()["id"]
+
+            async def completed() -> bool:
+                return (await api.call("GET", f"/v1/comparisons/{cid}")).json()["status"] == "completed"
+
+            await wait_for(completed, what="the group's completion")
+            attempts = (await api.call("GET", f"/v1/comparisons/{cid}/attempts")).json()["attempts"]
+            ghost = await api.call("POST", "/v1/comparisons/readiness", json=dict(body, arms=[
+                body["arms"][0], {"name": "bot", "model": "ghost", "kind": "agent"}]))
+            open_ended = dict(body, arms=[body["arms"][0], {"name": "bot", "model": "open-ended", "kind": "agent"}])
+            unbounded = (await api.call("POST", "/v1/comparisons/readiness", json=open_ended)).json()
+            refused = await start_group(api, open_ended, "agent-arm-2")
+        finally:
+            await api.aclose()
+            await server.stop()
+    bot = ready["arms"][1]["resolved"]
+    assert bot["kind"] == "agent" and bot["upstream_model"] == CANDIDATE and bot["cost"] == "unknown"
+    assert fake.calls[CANDIDATE] == 3, "the agent arm called its endpoint at version 7, once per item"
+    assert [a["cost"]["coverage"] for a in attempts if a["arm"] == "bot"] == ["unknown"] * 3
+    assert error(ghost) == (422, "comparison_invalid", "$.arms[1].model")
+    assert [(p["code"], p["field"]) for p in unbounded["problems"]] == [("spend_unbounded", "$.arms[1].model")]
+    assert error(refused) == (422, "spend_unbounded", "$.arms[1].model")
