@@ -50,6 +50,14 @@ class Arm:
         head = [] if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}]
         return [*head, *(dict(m) for m in item.messages)]
 
+    def judged_messages(self, item: Item) -> list[dict[str, Any]]:
+        """The conversation the judges read beside this arm's answer: what was sent, except that a
+        prompt side's template is left out — the judges grade the answer to the item's own
+        question, never against one side's instructions."""
+        if self.template is not None:
+            return [dict(m) for m in item.messages]
+        return self.messages(item)
+
 
 @dataclass(frozen=True, slots=True)
 class GroupPlan:
@@ -176,7 +184,7 @@ def plan_worst_case(arms: Sequence[Arm], metrics: Sequence[Mapping[str, Any]], i
         answer = "x" * (arm.max_tokens * BYTES_PER_TOKEN_ESTIMATE)
         for item in items:
             per_rep = 0 if goes_to is None else (target_worst_case(goes_to, arm, item) or 0)
-            conversation = arm.messages(item)
+            conversation = arm.judged_messages(item)
             for m in metrics:
                 judge_price = resolve(m["spec"]["model"]).price if m["kind"] in ("paired_judge", "absolute_judge") \
                     else None
@@ -187,7 +195,7 @@ def plan_worst_case(arms: Sequence[Arm], metrics: Sequence[Mapping[str, Any]], i
                 elif m["kind"] == "paired_judge" and arm is not arms[0]:
                     if judge_price is None:
                         return None
-                    # The runner's paired judge reads the baseline's conversation (a prompt baseline's rendered one).
-                    per_rep += paired_worst_case(judge_price, m, arms[0].messages(item), answer, answer)
+                    # The runner's paired judge reads the baseline's conversation, not this arm's.
+                    per_rep += paired_worst_case(judge_price, m, arms[0].judged_messages(item), answer, answer)
             total += per_rep * repetitions
     return total

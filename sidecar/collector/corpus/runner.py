@@ -299,7 +299,7 @@ class CorpusRunner:
         for metric, b, c in self._pairs_to_judge(state, item):
             price = self._resolve(metric["spec"]["model"]).price
             if price is not None:
-                return paired_worst_case(price, metric, plan.baseline.messages(item), b.output or "", c.output or "")
+                return paired_worst_case(price, metric, plan.baseline.judged_messages(item), b.output or "", c.output or "")
         return None
 
     # -- one item --------------------------------------------------------------------------
@@ -377,7 +377,7 @@ class CorpusRunner:
         scores: list[ScoreRecord] = []
         answer = result.content or ""
         if result.ok:
-            conversation = arm.messages(item)
+            conversation = arm.judged_messages(item)
             for metric in plan.metrics:
                 score, extra_charge = await self._grade_answer(record, metric, item, conversation, answer,
                                                                result.latency_ms, cost)
@@ -421,7 +421,7 @@ class CorpusRunner:
                     scores.append(ScoreRecord(record.id, cid, metric["name"], metric["kind"], metric["version"],
                                               metric["direction"], "not_applicable"))
                     continue
-                score, extra = await self._grade_answer(record, metric, item, arm.messages(item), answer, 0.0,
+                score, extra = await self._grade_answer(record, metric, item, arm.judged_messages(item), answer, 0.0,
                                                         Cost.zero())
                 if score is not None:
                     scores.append(score)
@@ -482,7 +482,7 @@ class CorpusRunner:
             return
         if resolved.price is None or resolved.provider not in self._providers:
             return
-        conversation = plan.baseline.messages(item)
+        conversation = plan.baseline.judged_messages(item)
         worst = paired_worst_case(resolved.price, metric, conversation, b.output or "", c.output or "")
         claimed = await self._store.claim_judgment(replace(base, reserved_micros=worst))
         if claimed == "cap":

@@ -158,7 +158,7 @@ async def test_agent_and_prompt_sides_are_called_with_their_cost_bounded(tmp_pat
         api = Api(auth, server.url)
         n = 4
         try:
-            suite = await api.suite(await api.dataset(n), EXACT)
+            suite = await api.suite(await api.dataset(n), [*EXACT, {"name": "pref", "kind": "paired_judge"}])
             prompt = {"type": "prompt", "ref": "support-prompt", "version": "3", "model": INCUMBENT,
                       "template": TEMPLATE}
             agent = {"type": "agent", "ref": "support-bot", "version": "7"}
@@ -215,7 +215,9 @@ async def test_agent_and_prompt_sides_are_called_with_their_cost_bounded(tmp_pat
     assert error(refusals["no_template"]) == (422, "comparison_invalid", "$.baseline.template")
     assert error(refusals["bad_placeholder"]) == (422, "comparison_invalid", "$.baseline.template.user")
     assert error(refusals["same_version_two_templates"]) == (422, "comparison_invalid", "$.candidate.version")
-    assert JUDGE not in {r.model for r in fake.requests}
+    # The judge read each item's own question beside the answers, never the prompt side's template.
+    judged = [str(r.body["messages"]) for r in fake.requests if r.model == JUDGE]
+    assert len(judged) >= n and all("question " in j and "Answer in one line." not in j for j in judged)
 
 
 async def test_a_group_arm_version_runs_its_pinned_upstream_model_or_is_refused(tmp_path: Path) -> None:
