@@ -36,8 +36,8 @@ attempt per key (pass a retry, not also the attempt it retried).
 **Per metric** (a row for every metric id on either side): the paired delta is candidate -
 baseline in the metric's own units. Matching repetitions collapse to per-case means before
 cases are averaged (:func:`policies.case_means.paired_cases`, the computation a comparison
-group's results use too), with each side's run spread, the delta spread and per-case ranges. The 95% interval is the project's
-case-cluster bootstrap (:func:`policies.bootstrap.bootstrap_interval`: whole cases, 2,000
+group's results use too), with each side's run spread, the delta spread and per-case ranges.
+The 95% interval is the project's case-cluster bootstrap (:func:`policies.bootstrap.bootstrap_interval`: whole cases, 2,000
 resamples) over the case deltas, expanded for small samples (percentiles at
 :func:`policies.corpus_verdict.expanded_alpha`, issue 23 item 7), seeded from :func:`comparison_identity` (the two runs'
 ids, their grading passes and the metric id), so the same selection gives the same interval.

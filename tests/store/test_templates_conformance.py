@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import cast
 
 import pytest
 
@@ -53,16 +54,15 @@ async def test_versions_move_only_from_the_current_revision(store: ControlPlaneS
 
 
 async def test_two_saves_of_one_revision_at_once_make_one_version(stores: OpenStore) -> None:
-    first = await stores()
-    second = await stores()
-    await first.save_template(HEADER, "{}", expected_revision=None, request_key="k1", body_hash="h1")  # type: ignore[attr-defined]
+    first, second = cast(ControlPlaneStore, await stores()), cast(ControlPlaneStore, await stores())
+    await first.save_template(HEADER, "{}", expected_revision=None, request_key="k1", body_hash="h1")
     results = await asyncio.gather(
-        *(s.save_template(HEADER, f'{{"n": {n}}}', expected_revision=1, request_key=f"k-{n}",  # type: ignore[attr-defined]
-                          body_hash=f"h-{n}") for n, s in enumerate([first, second] * 3)),
+        *(s.save_template(HEADER, f'{{"n": {n}}}', expected_revision=1, request_key=f"k-{n}", body_hash=f"h-{n}")
+          for n, s in enumerate([first, second] * 3)),
         return_exceptions=True)
     assert sum(1 for r in results if isinstance(r, tuple)) == 1
     assert all(isinstance(r, RevisionConflict) for r in results if not isinstance(r, tuple))
-    assert [v.version for v in await first.template_versions("ct1")] == [2, 1]  # type: ignore[attr-defined]
+    assert [v.version for v in await first.template_versions("ct1")] == [2, 1]
 
 
 async def test_archiving_a_group_once(store: ControlPlaneStore) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import msgspec
 
@@ -77,11 +78,11 @@ def _records() -> tuple[GroupPlan, RunRecord, list[AttemptRecord], list[ScoreRec
     return plan, run, attempts, scores
 
 
-def _evidence() -> dict[str, object]:
+def _evidence() -> dict[str, Any]:
     plan, _, attempts, scores = _records()
     sides = [side_from_records(GROUP, arm, plan.planned_per_arm, attempts, scores, dataset_id="ds_1", complete=True)
              for arm in ("today", "next")]
-    body: dict[str, object] = msgspec.json.decode(msgspec.json.encode(view(compare_evidence(*sides))))
+    body: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(view(compare_evidence(*sides))))
     return body
 
 
@@ -90,7 +91,7 @@ def test_group_and_evidence_give_one_estimate_from_matched_repetitions_only() ->
     group = report(plan, run, attempts, scores)
     row = next(r for r in group["results"] if r["metric"] == "score")
     ev = _evidence()
-    metric = next(m for m in ev["metrics"] if m["metric_id"] == "score")  # type: ignore[attr-defined]
+    metric = next(m for m in ev["metrics"] if m["metric_id"] == "score")
 
     matched = [(f"i{i}", f"r{i}", rep, _value("today", i, rep), _value("next", i, rep))
                for i in range(ITEMS) for rep in (1, 2) if not (rep == 1 and i in FAILED_FIRST)]
@@ -113,7 +114,7 @@ def test_group_and_evidence_give_one_estimate_from_matched_repetitions_only() ->
 def test_spreads_and_per_case_ranges_agree_between_group_and_evidence() -> None:
     plan, run, attempts, scores = _records()
     row = next(r for r in report(plan, run, attempts, scores)["results"] if r["metric"] == "score")
-    metric = next(m for m in _evidence()["metrics"] if m["metric_id"] == "score")  # type: ignore[attr-defined]
+    metric = next(m for m in _evidence()["metrics"] if m["metric_id"] == "score")
     assert row["delta_spread"] == metric["delta_spread"] and metric["delta_spread"] > 0
     assert row["run_spread"] == {"today": metric["baseline_run_spread"], "next": metric["candidate_run_spread"]}
     case0 = next(c for c in metric["cases"] if c["item_id"] == "i0")  # candidate rep 1 failed: one matched repeat
@@ -133,10 +134,21 @@ def test_full_run_spend_counts_generation_and_every_judge_call_as_the_group_does
     ev = _evidence()
     b, c = ev["baseline"], ev["candidate"]
     judge_calls = sum(1 for s in scores if s.kind == "paired_judge")
-    assert c["grading_spend"]["known_micros"] == judge_calls * JUDGE_MICROS  # type: ignore[index]
+    assert c["grading_spend"]["known_micros"] == judge_calls * JUDGE_MICROS
     # the retried attempt's first (failed) call is spend too, though only its retry is paired
     assert c["generation_spend"]["known_micros"] == (ITEMS * 2 - len(FAILED_FIRST)) * GEN_MICROS \
-        + (len(FAILED_FIRST) + 1) * FAILED_MICROS  # type: ignore[index]
-    total = b["spend"]["known_micros"] + c["spend"]["known_micros"]  # type: ignore[index]
+        + (len(FAILED_FIRST) + 1) * FAILED_MICROS
+    total = b["spend"]["known_micros"] + c["spend"]["known_micros"]
     assert total == group_spend["known_micros"], (total, group_spend)
-    assert b["spend"]["coverage"] == c["spend"]["coverage"] == group_spend["coverage"] == "complete"  # type: ignore[index]
+    assert b["spend"]["coverage"] == c["spend"]["coverage"] == group_spend["coverage"] == "complete"
+
+
+def test_revision_ids_include_the_dataset_so_two_datasets_never_pair() -> None:
+    plan, _, attempts, scores = _records()
+    mine = side_from_records(GROUP, "next", plan.planned_per_arm, attempts, scores, dataset_id="ds_1", complete=True)
+    twin = side_from_records(GROUP + "-twin", "next", plan.planned_per_arm, attempts, scores, dataset_id="ds_2",
+                             complete=True)
+    assert {a.revision_id for a in mine.attempts} == {f"ds_1/r{i}" for i in range(ITEMS)}
+    ev = compare_evidence(mine, twin)
+    assert ev.matched_pairs == 0, "identical content hashes of two datasets are not the same revision"
+    assert {u.reason for u in ev.baseline.unmatched} == {"revision_differs"}

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.demo.fake_provider import FakeProvider
-from tests.sidecar.collector.corpus.runs_kit import TEAM, Api, collector_toml, group_body, open_collector, planted_models, start_group
+from tests.sidecar.collector.corpus.runs_kit import (
+    TEAM,
+    Api,
+    collector_toml,
+    group_body,
+    open_collector,
+    planted_models,
+    start_group,
+)
 from tests.sidecar.collector.corpus.test_corpus_runs import wait_done
 
 METRICS: list[dict[str, Any]] = [
