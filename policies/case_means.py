@@ -44,11 +44,8 @@ class PairedCase:
     candidate_mean: float
     baseline_range: tuple[float, float]
     candidate_range: tuple[float, float]
-
-    @property
-    def delta(self) -> float:
-        """Candidate - baseline, in the metric's units."""
-        return self.candidate_mean - self.baseline_mean
+    #: Candidate - baseline, in the metric's units.
+    delta: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +94,8 @@ def paired_cases(pairs: Iterable[Pair]) -> PairedCases:
     for (item, revision), reps in sorted(by_case.items()):
         b = [v[0] for _, v in sorted(reps.items())]
         c = [v[1] for _, v in sorted(reps.items())]
-        cases.append(PairedCase(item, revision, len(reps), _mean(b), _mean(c), (min(b), max(b)), (min(c), max(c))))
+        cases.append(PairedCase(item, revision, len(reps), _mean(b), _mean(c), (min(b), max(b)), (min(c), max(c)),
+                                _mean(c) - _mean(b)))
     if not cases:
         return PairedCases((), 0, None, None, None, None)
     return PairedCases(tuple(cases), n, _mean([x.delta for x in cases]), _mean([x.baseline_mean for x in cases]),

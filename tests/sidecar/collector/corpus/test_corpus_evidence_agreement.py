@@ -123,7 +123,8 @@ def test_spreads_and_per_case_ranges_agree_between_group_and_evidence() -> None:
     assert case0["baseline_range"] == [_value("today", 0, 2)] * 2, "the unmatched baseline repeat is not in its case"
     assert case20["repetitions"] == 2
     assert case20["candidate_range"] == [_value("next", 20, 1), _value("next", 20, 2)]
-    assert math.isclose(case20["candidate_mean"] - case20["baseline_mean"],
+    assert case20["delta"] == case20["candidate_mean"] - case20["baseline_mean"]
+    assert math.isclose(case20["delta"],
                         (_value("next", 20, 1) + _value("next", 20, 2) - _value("today", 20, 1)
                          - _value("today", 20, 2)) / 2)
 
