@@ -24,17 +24,20 @@ attempt per key (pass a retry, not also the attempt it retried).
 * per-grader coverage = scored / (eligible - not applicable), eligible being the completed
   attempts (only a completed generation has an answer to grade: scores on any other attempt
   are ignored). A metric missing from a completed attempt counts as not scored;
-* full-run spend: the sum of every attempt's cost, matched or not, completed or not, as a
-  :class:`policies.money.Cost` (``known_micros``, ``coverage``, ``basis`` together). An
-  unknown cost is never zero: one unknown attempt makes the side ``partial`` (every attempt
-  unknown: ``unknown``), and ``known_micros`` is the sum of what is known;
+* full-run spend: generation (every attempt's cost, matched or not, completed or not, and the
+  attempts a linked retry superseded) plus every grading pass and stage (``Side.grading_costs``:
+  judge calls included), each part and the total a :class:`policies.money.Cost`
+  (``known_micros``, ``coverage``, ``basis`` together). An unknown cost is never zero: one
+  unknown part makes the side ``partial`` (every part unknown: ``unknown``), and
+  ``known_micros`` is the sum of what is known;
 * paired quality: per metric, over pairs where both attempts completed and both scored;
 * paired latency: over pairs where both attempts completed with a latency.
 
 **Per metric** (a row for every metric id on either side): the paired delta is candidate -
-baseline in the metric's own units. Repetitions are averaged within their case (an item
-revision), then cases are averaged (DESIGN section 8). The 95% interval is the project's
-case-cluster bootstrap (:func:`policies.bootstrap.bootstrap_interval`: whole cases, 2,000
+baseline in the metric's own units. Matching repetitions collapse to per-case means before
+cases are averaged (:func:`policies.case_means.paired_cases`, the computation a comparison
+group's results use too), with each side's run spread, the delta spread and per-case ranges.
+The 95% interval is the project's case-cluster bootstrap (:func:`policies.bootstrap.bootstrap_interval`: whole cases, 2,000
 resamples) over the case deltas, expanded for small samples (percentiles at
 :func:`policies.corpus_verdict.expanded_alpha`, issue 23 item 7), seeded from :func:`comparison_identity` (the two runs'
 ids, their grading passes and the metric id), so the same selection gives the same interval.
@@ -53,7 +56,6 @@ The directional result (mean delta, interval, reading) is withheld, with the rea
 
 The reading says which side the interval favours under the metric's direction
 (``candidate_ahead``, ``baseline_ahead``) or ``no_difference_shown`` when it holds zero.
-Grader calls' own spend is not in the attempt rows, so it is not in the spend here.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.bootstrap import DEFAULT_RESAMPLES, MIN_BOOTSTRAP_CASES, Interval, bootstrap_interval
+from policies.case_means import PairedCase, paired_cases, run_spread
 from policies.corpus_verdict import expanded_alpha
 from policies.graders import Direction
 from policies.money import Cost, add_costs
@@ -161,6 +164,10 @@ class Side:
     grading_pass: str | None = None
     #: Whether the run has ended. Before that no direction is read (see ``run_in_progress``).
     complete: bool = True
+    #: The rest of the run's spend (issue 24, item 11): attempts superseded by a linked retry,
+    #: and every grading pass and stage (judge calls, validator fees), failed work included.
+    superseded_costs: tuple[Cost, ...] = ()
+    grading_costs: tuple[Cost, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.attempts) > self.planned_generations:
@@ -238,7 +245,10 @@ class SideEvidence:
     indeterminate: int
     grading: Ratio
     coverage: tuple[GraderCoverage, ...]
+    #: Full-run spend: generation (every attempt, superseded ones too) plus every grading pass.
     spend: Cost
+    generation_spend: Cost
+    grading_spend: Cost
 
     @property
     def unmatched_items(self) -> tuple[tuple[str, str], ...]:
@@ -266,6 +276,13 @@ class MetricComparison:
     withheld: Withheld | None
     baseline_distribution: tuple[tuple[str, int], ...] | None = None
     candidate_distribution: tuple[tuple[str, int], ...] | None = None
+    #: Spreads (:mod:`policies.case_means`): each side's case means over its own scored
+    #: repetitions, and the paired case deltas; None without a numeric value.
+    baseline_run_spread: float | None = None
+    candidate_run_spread: float | None = None
+    delta_spread: float | None = None
+    #: Per-case means and ranges over the matched repetitions of every paired case.
+    cases: tuple[PairedCase, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,12 +337,18 @@ def _unmatched(mine: dict[Key, Attempt], theirs: dict[Key, Attempt]) -> tuple[Un
     return tuple(out)
 
 
+def sum_costs(costs: Iterable[Cost]) -> Cost:
+    """Costs summed (:func:`policies.money.add_costs`: an unknown part makes the sum partial);
+    nothing at all is a known zero."""
+    total: Cost | None = None
+    for c in costs:
+        total = c if total is None else add_costs(total, c)
+    return Cost.zero() if total is None else total
+
+
 def full_run_spend(attempts: Iterable[Attempt]) -> Cost:
     """Every attempt's cost summed; no attempt at all is a known zero."""
-    total: Cost | None = None
-    for a in attempts:
-        total = a.cost if total is None else add_costs(total, a.cost)
-    return Cost.zero() if total is None else total
+    return sum_costs(a.cost for a in attempts)
 
 
 def _side_evidence(side: Side, unmatched: tuple[Unmatched, ...]) -> SideEvidence:
@@ -342,6 +365,8 @@ def _side_evidence(side: Side, unmatched: tuple[Unmatched, ...]) -> SideEvidence
         1 for a in completed
         if all((g := a.score(m)) is not None and (g.scored or g.not_applicable) for m in metric_ids)
     )
+    generation = sum_costs((full_run_spend(side.attempts), *side.superseded_costs))
+    grading = sum_costs(side.grading_costs)
     return SideEvidence(
         run_id=side.run_id,
         grading_pass=side.grading_pass,
@@ -352,7 +377,9 @@ def _side_evidence(side: Side, unmatched: tuple[Unmatched, ...]) -> SideEvidence
         indeterminate=sum(1 for a in side.attempts if a.status == "invocation_indeterminate"),
         grading=Ratio(fully_graded, len(completed)),
         coverage=tuple(coverage),
-        spend=full_run_spend(side.attempts),
+        spend=sum_costs((generation, *side.grading_costs)),
+        generation_spend=generation,
+        grading_spend=grading,
     )
 
 
@@ -376,13 +403,20 @@ def _metric(
     c_versions = tuple(sorted({g.metric_version for g in c_grades}))
     b_dirs = tuple(sorted({g.direction for g in b_grades}))
     c_dirs = tuple(sorted({g.direction for g in c_grades}))
-    scored: list[tuple[str, str, float | str, float | str]] = []  # (item, revision, baseline, candidate)
+    scored: list[tuple[str, str, int, float | str, float | str]] = []  # (item, revision, rep, baseline, candidate)
     for b, c in pairs:
         if b.status == "completed" and c.status == "completed":
             bg, cg = b.score(metric_id), c.score(metric_id)
             if bg is not None and cg is not None and bg.value is not None and cg.value is not None:
-                scored.append((b.item_id, b.revision_id, bg.value, cg.value))
-    n, cases = len(scored), len({(item, rev) for item, rev, _, _ in scored})
+                scored.append((b.item_id, b.revision_id, b.repetition, bg.value, cg.value))
+    n, cases = len(scored), len({(item, rev) for item, rev, _, _, _ in scored})
+    numeric = b_dirs == c_dirs and len(b_dirs) == 1 and b_dirs != ("categorical",)
+    paired = paired_cases((i, r, k, float(bv), float(cv)) for i, r, k, bv, cv in scored) if numeric else None
+
+    def spread(side: Side) -> float | None:
+        return run_spread((a.item_id, a.revision_id, a.repetition, float(g.value))
+                          for a in side.attempts if a.status == "completed"
+                          and (g := a.score(metric_id)) is not None and isinstance(g.value, (int, float)))
 
     def row(
         withheld: Withheld | None, mean: float | None = None, interval: Interval | None = None,
@@ -390,7 +424,10 @@ def _metric(
     ) -> MetricComparison:
         b_dist, c_dist = distributions if distributions is not None else (None, None)
         return MetricComparison(metric_id, b_versions, c_versions, b_dirs, c_dirs, n, cases,
-                                mean, interval, reading, withheld, b_dist, c_dist)
+                                mean, interval, reading, withheld, b_dist, c_dist,
+                                baseline_run_spread=spread(baseline), candidate_run_spread=spread(candidate),
+                                delta_spread=None if paired is None else paired.delta_spread,
+                                cases=() if paired is None else paired.cases)
 
     if not b_versions or not c_versions:
         return row("metric_missing")
@@ -399,15 +436,13 @@ def _metric(
     if len(b_dirs) > 1 or b_dirs != c_dirs:
         return row("directions_differ")
     if b_dirs == ("categorical",):
-        return row("categorical", distributions=(_distribution(s[2] for s in scored),
-                                                 _distribution(s[3] for s in scored)))
+        return row("categorical", distributions=(_distribution(s[3] for s in scored),
+                                                 _distribution(s[4] for s in scored)))
     if n == 0:
         return row("no_paired_scores")
-    per_case: dict[tuple[str, str], list[float]] = {}
-    for item, rev, bv, cv in scored:
-        per_case.setdefault((item, rev), []).append(float(cv) - float(bv))
-    case_deltas = [math.fsum(d) / len(d) for _, d in sorted(per_case.items())]
-    mean = math.fsum(case_deltas) / len(case_deltas)
+    assert paired is not None and paired.mean_delta is not None  # numeric, with a pair
+    case_deltas = paired.deltas
+    mean = paired.mean_delta
     if cases < MIN_BOOTSTRAP_CASES:
         return row("small_sample", mean)
     if not (baseline.complete and candidate.complete):

@@ -33,6 +33,11 @@ Routes (``prefix`` = ``/v1``)::
     GET  /v1/evaluations/comparisons                   ?suite_id= (200 most recent)
     GET  /v1/evaluations/comparisons/{id}              both run ids, per-metric rows, verdict
     GET  /v1/evaluations/evidence                      ?baseline=GROUP:ARM&candidate=GROUP:ARM (item 5)
+    POST /v1/comparisons/{id}/archive                  archived: kept, no longer comparable (issue 24)
+    POST /v1/comparison-templates                      a new template, version 1 (Idempotency-Key required)
+    GET  /v1/comparison-templates                      ?team=
+    GET  /v1/comparison-templates/{id}                 with every version
+    POST /v1/comparison-templates/{id}/versions        the next version against expected_revision
 
 An import's body is the file itself with ``?team=&name=&format=jsonl|csv`` (the format may
 come from the content type instead: ``text/csv``, ``application/x-ndjson``,
@@ -63,6 +68,7 @@ from sidecar.collector.corpus.errors import BodyTooLarge
 from sidecar.collector.corpus.datasets import MAX_PAGE, DatasetService, EditIn, SeedIn, SliceIn, decode
 from sidecar.collector.corpus.items import FORMATS
 from sidecar.collector.corpus.suites import SuiteIn, SuiteService
+from sidecar.collector.corpus.templates import TemplateIn, TemplateService, TemplateVersionIn
 from sidecar.errors import BadRequest
 from sidecar.ingest.wire import encode
 from sidecar.trials.create import IDEMPOTENCY_KEY, check_idempotency_key
@@ -82,6 +88,7 @@ class Services:
         self.runs = RunService(ctx)
         self.ab = ABService(ctx)
         self.evidence = EvidenceService(ctx)
+        self.templates = TemplateService(ctx, self.suites)
 
 
 CORPUS: web.AppKey[Services] = web.AppKey("corpus", Services)
@@ -339,6 +346,42 @@ async def get_ab(request: web.Request) -> web.Response:
     return _json(await _svc(request).ab.get(principal_of(request), request.match_info["comparison_id"]))
 
 
+def _request_key(request: web.Request, what: str) -> str:
+    key = check_idempotency_key(request.headers.getall(IDEMPOTENCY_KEY, []))
+    if key is None:
+        raise BadRequest(f"{what} needs an {IDEMPOTENCY_KEY} header (retry with the same one after a lost answer)",
+                         field=IDEMPOTENCY_KEY)
+    return key
+
+
+async def archive_comparison(request: web.Request) -> web.Response:
+    return _json(await _svc(request).templates.archive(principal_of(request), request.match_info["comparison_id"]))
+
+
+async def create_template(request: web.Request) -> web.Response:
+    key = _request_key(request, "a template save")
+    body: TemplateIn = decode(await _read(request, MAX_JSON_BYTES), TemplateIn)
+    view, created = await _svc(request).templates.create(principal_of(request), body, key)
+    return _json(view, 201 if created else 200)
+
+
+async def save_template_version(request: web.Request) -> web.Response:
+    key = _request_key(request, "a template save")
+    body: TemplateVersionIn = decode(await _read(request, MAX_JSON_BYTES), TemplateVersionIn)
+    view, created = await _svc(request).templates.save_version(principal_of(request),
+                                                               request.match_info["template_id"], body, key)
+    return _json(view, 201 if created else 200)
+
+
+async def list_templates(request: web.Request) -> web.Response:
+    team = _query(request, ("team",)).get("team")
+    return _json({"templates": await _svc(request).templates.listing(principal_of(request), team)})
+
+
+async def get_template(request: web.Request) -> web.Response:
+    return _json(await _svc(request).templates.get(principal_of(request), request.match_info["template_id"]))
+
+
 def corpus_routes(prefix: str = "/v1") -> list[tuple[str, str, Handler]]:
     """(method, path, handler) of every corpus route; the handlers read :data:`CORPUS` from
     their app (or a parent's)."""
@@ -369,6 +412,11 @@ def corpus_routes(prefix: str = "/v1") -> list[tuple[str, str, Handler]]:
         ("GET", f"{p}/evaluations/comparisons", list_ab),
         ("GET", f"{p}/evaluations/comparisons/{{comparison_id}}", get_ab),
         ("GET", f"{p}/evaluations/evidence", compare_evidence_route),
+        ("POST", f"{p}/comparisons/{{comparison_id}}/archive", archive_comparison),
+        ("POST", f"{p}/comparison-templates", create_template),
+        ("GET", f"{p}/comparison-templates", list_templates),
+        ("GET", f"{p}/comparison-templates/{{template_id}}", get_template),
+        ("POST", f"{p}/comparison-templates/{{template_id}}/versions", save_template_version),
     ]
 
 

@@ -13,12 +13,12 @@ from typing import Any, AsyncIterable, Callable, Protocol
 
 from sidecar.ingest.wire import Exchange
 from sidecar.collector.corpus.targets import TargetResolver
-from sidecar.collector.store.base import CorpusRunStore, CorpusStore
+from sidecar.collector.store.base import CorpusRunStore, CorpusStore, TemplateStore
 from sidecar.store.base import PostureStore
 from sidecar.trials.create import Resolved, TrialDefaults
 
 
-class CorpusBackend(CorpusStore, CorpusRunStore, PostureStore, Protocol):
+class CorpusBackend(CorpusStore, CorpusRunStore, TemplateStore, PostureStore, Protocol):
     """The store as the corpus services use it."""
 
 

@@ -33,10 +33,12 @@ Corpus evidence never promotes (:func:`policies.promotion.refusal`): nothing her
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
 from policies.bootstrap import bootstrap_identity
+from policies.case_means import paired_cases, run_spread
 from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
@@ -170,6 +172,16 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
                         per_item[f"{a.item_id}/{a.revision_id}"].append(s)
         return per_item
 
+    def scored(arm: str, metric: str) -> dict[tuple[str, str, int], ScoreRecord]:
+        """The arm's scored repetitions of a metric, by (item, revision, repetition)."""
+        out: dict[tuple[str, str, int], ScoreRecord] = {}
+        for k, a in latest.items():
+            if k[0] == arm and a.status == "completed":
+                for s in by_attempt[a.id]:
+                    if s.metric == metric and s.status == "scored" and s.value is not None:
+                        out[k[1:]] = s
+        return out
+
     for arm in plan.arms[1:]:
         for m in plan.metrics:
             row: dict[str, Any] = {"arm": arm.name, "baseline_arm": base, "metric": m["name"], "kind": m["kind"],
@@ -185,15 +197,24 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
             if m["kind"] == "paired_judge":
                 clusters = {k: [s.value or 0.0 for s in ss if s.paired_with is not None] for k, ss in cand.items()}
                 diffs = [sum(v) / len(v) for v in clusters.values() if v]
+                estimate = None if not diffs else math.fsum(diffs) / len(diffs)
                 baseline_mean = None
                 versions = {s.version for ss in cand.values() for s in ss}
             else:
-                basev = values(base, m["name"])
-                shared = sorted(set(cand) & set(basev))
+                # Matching repetitions only, collapsed to per-case means (the evidence comparison's
+                # computation): a repetition one arm lacks is never averaged in.
+                b_scored, c_scored = scored(base, m["name"]), scored(arm.name, m["name"])
+                shared = sorted(b_scored.keys() & c_scored.keys())
+                paired = paired_cases((k[0], k[1], k[2], b_scored[k].value or 0.0, c_scored[k].value or 0.0)
+                                      for k in shared)
                 sign = -1.0 if m["direction"] == "lower" else 1.0
-                diffs = [sign * (_mean(cand[k]) - _mean(basev[k])) for k in shared]
-                baseline_mean = sum(_mean(basev[k]) for k in shared) / len(shared) if shared else None
-                versions = {s.version for k in shared for s in (*cand[k], *basev[k])}
+                diffs = [sign * d for d in paired.deltas]
+                estimate = None if paired.mean_delta is None else sign * paired.mean_delta
+                baseline_mean = paired.baseline_mean
+                versions = {s.version for k in shared for s in (b_scored[k], c_scored[k])}
+                row["run_spread"] = {a: run_spread((k[0], k[1], k[2], s.value or 0.0)
+                                                   for k, s in scored(a, m["name"]).items()) for a in (base, arm.name)}
+                row["delta_spread"] = paired.delta_spread
             scale = tuple(m["spec"]["scale"]) if m["kind"] == "absolute_judge" else None
             band = band_for(m["kind"], plan.tolerance, scale=scale, baseline_mean=baseline_mean)
             withheld = len(versions) > 1
@@ -202,7 +223,7 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
                                   bounds=delta_bounds(m["kind"], scale=scale), complete=complete)
             interval = None if withheld or not diffs else got.interval
             code = corpus_code(interval, band)
-            row.update(paired_items=len(diffs), estimate=None if not diffs else sum(diffs) / len(diffs),
+            row.update(paired_items=len(diffs), estimate=estimate,
                        interval=None if interval is None else [interval.lower, interval.upper], band=band,
                        small_sample=len(diffs) < 20, withheld="versions_differ" if withheld else None,
                        final=complete, interval_note=None if withheld or not diffs else got.note,
@@ -212,6 +233,3 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
             out.append(row)
     return out
 
-
-def _mean(scores: Sequence[ScoreRecord]) -> float:
-    return sum(s.value or 0.0 for s in scores) / len(scores)

@@ -19,6 +19,7 @@ from sidecar.collector.store.corpus_records import (
     SuiteRecord,
 )
 from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.template_records import TemplateRecord, TemplateVersion
 from sidecar.store.base import Store
 from uplink.collector_store import Held
 
@@ -210,6 +211,38 @@ class CorpusRunStore(Protocol):
     async def run_scores(self, comparison_id: str) -> list[ScoreRecord]: ...
 
 
-class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, Protocol):
+class TemplateStore(Protocol):
+    """Comparison templates and archived groups (issue 24; rows in
+    :mod:`sidecar.collector.store.template_records`). Each method is one transaction."""
+
+    async def save_template(self, header: TemplateRecord, config: str, *, expected_revision: int | None,
+                            request_key: str, body_hash: str) -> tuple[TemplateRecord, TemplateVersion, bool]:
+        """Save a template's next version under ``request_key``. ``expected_revision`` None
+        creates ``header`` at version 1 (``TemplateExists`` if its name is taken in its team);
+        otherwise the header (``header.id``) must be at ``expected_revision`` (else
+        ``RevisionConflict``, nothing written) and moves to the next. The same key again
+        returns what it committed and False; with another body, ``IdempotencyConflict``."""
+        ...
+
+    async def get_template(self, template_id: str) -> TemplateRecord | None: ...
+
+    async def template_versions(self, template_id: str) -> list[TemplateVersion]:
+        """Newest first."""
+        ...
+
+    async def list_templates(self, *, teams: Sequence[str] | None = None) -> list[TemplateRecord]:
+        """Most recently saved first."""
+        ...
+
+    async def archive_comparison(self, comparison_id: str, *, now: float, by: str | None) -> float | None:
+        """Archive a group (once: archiving again keeps the first time); None if there is no such group."""
+        ...
+
+    async def comparison_archived(self, comparison_id: str) -> float | None:
+        """When the group was archived; None if it is not."""
+        ...
+
+
+class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, TemplateStore, Protocol):
     """Everything the collector needs: the sidecar's store (its control-plane engine runs
     trials) and the wing's own tables."""

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.collector.store import corpus_runs_schema, corpus_schema
+from sidecar.collector.store import corpus_runs_schema, corpus_schema, templates_schema
 from sidecar.store.schema import statements
 
 #: The pg_advisory_xact_lock key that serialises the collector's migrations (the sidecar's is
@@ -68,6 +68,8 @@ SQLITE: tuple[Migration, ...] = (
     # 3: running comparison groups (issue 13, items 3-4): the group's spend ledger, its
     # invocation attempts and their scores
     Migration("comparison_runs", corpus_runs_schema.SQLITE),
+    # 4: comparison templates with versions and request keys, archived groups (issue 24)
+    Migration("comparison_templates", templates_schema.SQLITE),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -76,6 +78,7 @@ POSTGRES: tuple[Migration, ...] = (
                                 REAL="DOUBLE PRECISION")),
     Migration("datasets", corpus_schema.POSTGRES),
     Migration("comparison_runs", corpus_runs_schema.POSTGRES),
+    Migration("comparison_templates", templates_schema.POSTGRES),
 )
 
 
