@@ -19,6 +19,7 @@ from sidecar.collector.store.corpus_records import (
     SuiteRecord,
 )
 from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
+from sidecar.collector.store.reports import ReportsStore
 from sidecar.store.base import Store
 from uplink.collector_store import Held
 
@@ -210,6 +211,6 @@ class CorpusRunStore(Protocol):
     async def run_scores(self, comparison_id: str) -> list[ScoreRecord]: ...
 
 
-class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, Protocol):
+class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, ReportsStore, Protocol):
     """Everything the collector needs: the sidecar's store (its control-plane engine runs
     trials) and the wing's own tables."""
