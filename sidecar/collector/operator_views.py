@@ -212,7 +212,9 @@ class OperatorViews:
     # -- results ---------------------------------------------------------------------
 
     async def results(self, principal: Principal, query: dict[str, str]) -> dict[str, Any]:
-        """``GET /v1/results``: ``traffic`` and ``corpus``, two lists never interleaved."""
+        """``GET /v1/results``: ``traffic`` and ``corpus``, two lists never interleaved. The
+        date filters read a trial's latest reported state time (the uplink carries no creation
+        time) and an experiment's creation time; ``model`` matches any arm or side."""
         team, status, model = query.get("team") or None, query.get("status") or None, query.get("model") or None
         since, until = day(query.get("since"), "since"), day(query.get("until"), "until")
 
