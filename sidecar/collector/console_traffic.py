@@ -45,6 +45,11 @@ async def live_page(request: web.Request) -> web.Response:
     return render(request, "cp_live.html", nav="live", live=live, tiles={t["tile"]: t for t in live["tiles"]})
 
 
+async def live_fragment(request: web.Request) -> web.Response:
+    live = await views(request).live(principal(request))
+    return render(request, "_cp_live_body.html", live=live, tiles={t["tile"]: t for t in live["tiles"]})
+
+
 async def results_page(request: web.Request) -> web.Response:
     filters = _filters(request)
     answer = await views(request).results(principal(request), {k: v for k, v in filters.items() if v})
@@ -86,6 +91,7 @@ async def results_api(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     router = app.router
     router.add_get("/live", live_page)
+    router.add_get("/live/fragment", live_fragment)
     router.add_get("/results", results_page)
     router.add_get("/trials", trials_page)
     router.add_get("/trials/{trial_id}", trial_page)

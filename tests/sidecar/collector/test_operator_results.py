@@ -114,11 +114,17 @@ async def test_console_traffic_pages_show_every_gateway_in_one_navigation(
     for screen in ("Live", "Results", "Trials", "Watches", "Experiments", "Datasets", "Comparisons"):
         assert f">{screen}</a>" in live.text, screen
     assert 'data-tile="alerts">1<' in live.text and "wa_1" in live.text
+    assert 'data-refresh="/console/live/fragment"' in live.text
+    fragment = await get(server, auth, "/console/live/fragment", roles=("platform_admin",), teams=())
+    assert fragment.status_code == 200 and 'data-tile="running">1<' in fragment.text and "<nav" not in fragment.text
     trial = await get(server, auth, "/console/trials/tr_1")
     assert trial.status_code == 200 and "gw-1/a" in trial.text and "gw-1/b" in trial.text
     assert (await get(server, auth, "/console/trials/tr_2")).status_code == 404  # another team's
     watches = await get(server, auth, "/console/watches", roles=("platform_admin",), teams=())
     assert "wa_1" in watches.text and "gw-2/c" in watches.text
+    experiments = await get(server, auth, "/console/experiments")  # a viewer: no way to start one
+    assert experiments.status_code == 200 and "No experiment yet" in experiments.text
+    assert 'id="new-experiment"' not in experiments.text
     results = await get(server, auth, "/console/results")
     assert results.status_code == 200
     traffic, corpus = results.text.split('id="corpus-evidence"')
