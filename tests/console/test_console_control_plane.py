@@ -36,6 +36,7 @@ from tests.uplink.kit import AUDIENCE, ISSUER, KID, UplinkKit
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 CORPUS_WORDS = {"Candidate ahead", "Parity", "Candidate behind", "Inconclusive"}
+ITEMS = 12
 TRAFFIC_WORDS = {"Adoptable", "Adopted", "Rejected", "Collecting", "Inconclusive"}
 
 
@@ -67,15 +68,15 @@ async def test_the_operators_day_on_one_console(tmp_path: Path, browser: Any, pg
                     return len(b.runtime.routing.current) == 1
 
                 await wait_for(b_routes, what="the second sidecar to run the trial")
-                for start in range(0, 40, 10):
+                for start in range(0, 20, 10):
                     await a.send([exchange(i) for i in range(start, start + 5)])
                     await b.send([exchange(i) for i in range(start + 5, start + 10)])
-                await a.settle(trial_id, 40)
+                await a.settle(trial_id, 20)
 
                 async def both_reported() -> bool:
                     reports = [r for r in await c.store.sidecar_reports() if r.trial_id == trial_id]  # type: ignore[union-attr]
                     return ({r.sidecar_id for r in reports} == {"gw-1/a", "gw-1/b"}
-                            and sum(r.case_results for r in reports) == 40)
+                            and sum(r.case_results for r in reports) == 20)
 
                 await wait_for(both_reported, timeout=60, what="both sidecars' reports of the trial at the collector")
                 await operators_day(c, auth, browser, trial_id, tmp_path)
@@ -95,7 +96,7 @@ async def sign_in(page: Any, token: str) -> None:
 
 async def operators_day(c: CollectorServer, auth: AuthKit, browser: Any, trial_id: str, tmp: Path) -> None:
     writer = auth.token(subject="operator", roles=["tenant_admin"], teams=["team-a"], content=True)
-    rows = "\n".join(json.dumps({"input": f"question {i}", "expected": f"answer {i}"}) for i in range(24))
+    rows = "\n".join(json.dumps({"input": f"question {i}", "expected": f"answer {i}"}) for i in range(ITEMS))
     async with httpx.AsyncClient(base_url=c.url) as client:
         r = await client.post("/v1/datasets", params={"team": "team-a", "name": "support", "format": "jsonl"},
                               content=rows.encode(), headers={"Authorization": f"Bearer {writer}"})
@@ -134,15 +135,15 @@ async def operators_day(c: CollectorServer, auth: AuthKit, browser: Any, trial_i
 
         # Follow it (the page refreshes itself) until the run completes, then read it.
         await expect(page.locator("#progress")).to_have_attribute("data-status", "completed", timeout=90_000)
-        await expect(page.locator("#progress")).to_contain_text("24 of 24 items done, 48 of 48 invocations")
+        await expect(page.locator("#progress")).to_contain_text(f"{ITEMS} of {ITEMS} items done, {2 * ITEMS} of {2 * ITEMS} invocations")
         cards = page.locator("#summary-cards [data-card]")
         await expect(cards).to_have_count(6)
-        await expect(page.locator("[data-card=generation]")).to_contain_text("24/24 completed")
+        await expect(page.locator("[data-card=generation]")).to_contain_text(f"{ITEMS}/{ITEMS} completed")
         quality = (await page.locator("[data-card=quality] .verdict").inner_text()).strip()
         assert quality in CORPUS_WORDS, quality
         await expect(page.locator("table.coverage")).to_have_count(2)
         await page.locator("#per-case summary").click()
-        await expect(page.locator("table.per-case[data-metric=pref] tbody tr")).to_have_count(24)
+        await expect(page.locator("table.per-case[data-metric=pref] tbody tr")).to_have_count(ITEMS)
         await page.locator("#configuration summary").click()
         await expect(page.locator("#per-case")).to_have_attribute("open", "")  # updates stopped: nothing folds it
         await expect(page.locator("#config-differences")).to_contain_text("system_prompt")
