@@ -263,3 +263,64 @@ async def test_callback_presampling_agrees_with_the_sidecar(tmp_path: Path, call
 
 async def _async(value: bool) -> bool:
     return value
+
+
+# -- the control plane's example (issue 25, item 6) ----------------------------------
+
+
+async def test_the_collector_example_starts_takes_a_batch_and_serves_its_console(tmp_path: Path) -> None:
+    """deploy/examples/collector.toml as shipped (only its listen port, database and key paths
+    moved into the test's directory), with the keys its header says to make: it starts, takes
+    a batch signed as deploy/examples/sidecar-uplink.toml signs, and serves the console's
+    screens and /v1/results to an admin token of its [auth]."""
+    import gzip
+    import time
+
+    import httpx
+
+    from sidecar.auth.mint import generate_key_pair, load_signing_key, mint
+    from sidecar.collector.server import CollectorServer
+    from uplink.schema import CaseResult, encode_batch
+    from uplink.signing import Signer, load_private_key
+
+    examples = DEPLOY / "examples"
+    generate_key_pair(tmp_path / "keys", name="uplink")
+    admin_key, _ = generate_key_pair(tmp_path / "keys", name="admin")
+    text = (examples / "collector.toml").read_text()
+    for old, new in (('"keys/', f'"{tmp_path}/keys/'), ('listen = "127.0.0.1:8792"', 'listen = "127.0.0.1:0"'),
+                     ('db_path = "collector.db"', f'db_path = "{tmp_path}/collector.db"')):
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "collector.toml").write_text(text)
+    config = load_config(str(tmp_path / "collector.toml"), {})
+    sidecar = load_config(str(examples / "sidecar-uplink.toml"), {})
+    up = sidecar.uplink
+    assert (up.audience, up.key_id, up.issuer) == (config.collector.audience, config.collector.keys[0].kid,
+                                                   config.collector.issuers[0])
+    assert up.collector_url.rstrip("/") == f"http://{config_listen(examples)}" and up.console_url.endswith("/console/")
+    async with CollectorServer(config.collector, config=config) as c:
+        signer = Signer(key=load_private_key(str(tmp_path / "keys" / "uplink.key")), kid=up.key_id, issuer=up.issuer,
+                        audience=up.audience)
+        record = CaseResult(id="case:t1:c1", trial_id="t1", case_id="c1", exchange_id="x1", team="search",
+                            outcome="judged", finished_at=time.time(), score=1.0)
+        token = mint(key=load_signing_key(str(admin_key), "EdDSA"), algorithm="EdDSA", subject="you",
+                     audience=config.auth.audience, issuer=config.auth.issuer, roles=["platform_admin"], teams=[],
+                     kid="admin")
+        async with httpx.AsyncClient(base_url=c.url) as client:
+            r = await client.post("/v1/uplink/batches", content=gzip.compress(encode_batch(up.sidecar_id, time.time(), [record])),
+                                  headers={"Authorization": f"Bearer {signer.token()}", "Content-Encoding": "gzip"})
+            assert r.status_code == 200 and r.json()["acked"] == ["case:t1:c1"], r.text
+            admin = {"Authorization": f"Bearer {token}"}
+            results = await client.get("/v1/results", headers=admin)
+            assert results.status_code == 200 and [t["id"] for t in results.json()["traffic"]] == ["t1"], results.text
+            for screen in ("live", "results", "trials", "watches", "experiments", "datasets", "comparisons"):
+                page = await client.get(f"/console/{screen}", headers=admin)
+                assert page.status_code == 200, (screen, page.text[:300])
+            assert (await client.get("/console/live")).status_code in (302, 303)  # no token: the sign-in page
+
+
+def config_listen(examples: Path) -> str:
+    import tomllib
+
+    listen: str = tomllib.loads((examples / "collector.toml").read_text())["collector"]["listen"]
+    return listen

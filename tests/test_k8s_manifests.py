@@ -729,3 +729,68 @@ def test_the_integration_guide_snippets_parse_and_agree_with_the_code() -> None:
     known = re.search(r'`sample_point\("trial-1", "exchange-1"\)`\s+is `([0-9.]+)`', text)
     assert known and float(known.group(1)) == sample_point("trial-1", "exchange-1")
     assert 'callbacks: shadowtrial_callback.proxy_handler_instance' in text and PLUGIN_MODULE in text
+
+
+# -- compose: the control plane (issue 25, item 6) -------------------------------------
+
+CONTROL_PLANE = COMPOSE_DIR / "control-plane.yaml"
+
+
+def control_plane_file(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    loaded: dict[str, Any] = interpolate(yaml.safe_load(CONTROL_PLANE.read_text()), environ or {})
+    return loaded
+
+
+def test_control_plane_compose_validates_against_the_compose_spec() -> None:
+    assert compose_schema_errors(control_plane_file()) == []
+    broken = CONTROL_PLANE.read_text().replace("    depends_on:\n      db:", "    depend_on:\n      db:", 1)
+    assert any("depend_on" in e for e in compose_schema_errors(interpolate(yaml.safe_load(broken), {})))
+
+
+def test_control_plane_compose_hangs_together(tmp_path: Path) -> None:
+    document = control_plane_file({"POSTGRES_PASSWORD": "s3cret"})
+    services = document["services"]
+    assert {"gateway", "shadowtrial", "collector", "db"} <= set(services)
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+        for target in service.get("depends_on", {}):
+            assert target in services, f"{name} depends on {target}"
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("."):
+                assert (COMPOSE_DIR / source).exists(), f"{name}: {source}"
+            else:
+                assert source in document["volumes"], f"{name}: volume {source} is not declared"
+    sidecar_svc, collector_svc = services["shadowtrial"], services["collector"]
+    assert sidecar_svc["network_mode"] == "service:gateway"
+
+    def config_of(service: dict[str, Any], name: str) -> Config:
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
+        path = service["command"][service["command"].index("--config") + 1]
+        (tmp_path / name).mkdir()
+        return load_pod_config(tmp_path / name, (COMPOSE_DIR / mounts[path]).read_text(), service_env(service))
+
+    sidecar = config_of(sidecar_svc, "sidecar")
+    collector = config_of(collector_svc, "collector")
+    up, cp = sidecar.uplink, collector.collector
+    # The sidecar's batches verify at the collector: audience, issuer and key id agree.
+    assert (up.audience, up.issuer, up.key_id) == (cp.audience, cp.issuers[0], cp.keys[0].kid)
+    keys_mount = {v.split(":")[1]: v.split(":")[0] for v in collector_svc["volumes"]}
+    keys_dir = PurePosixPath(cp.keys[0].path).parent
+    assert keys_mount[str(keys_dir)] == "keys" and PurePosixPath(up.private_key_file).parent == keys_dir
+    assert PurePosixPath(collector.auth.keys[0].path).parent == keys_dir
+    # It reaches the collector by its service name, on the port the collector listens on;
+    # the operator's browser reaches the console where the collector publishes it.
+    _, port = split_listen(cp.listen)
+    assert up.collector_url == f"http://collector:{port}"
+    host_ip, host_port, container_port = str(collector_svc["ports"][0]).split(":")
+    assert int(container_port) == port and up.console_url == f"http://{host_ip}:{host_port}/console/"
+    # PostgreSQL: the collector's store is the db service, with the password compose gives both.
+    assert cp.location == "postgresql://shadowtrial:s3cret@db:5432/shadowtrial"
+    assert services["db"]["environment"]["POSTGRES_PASSWORD"] == "s3cret"
+    # Every model the collector and the sidecar call is served by the models service.
+    listen = services["models"]["command"][services["models"]["command"].index("--listen") + 1]
+    for config in (sidecar, collector):
+        (provider,) = config.providers.values()
+        assert provider.base_url == f"http://models:{split_listen(listen)[1]}/v1"

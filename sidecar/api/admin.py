@@ -247,7 +247,7 @@ def admin_app(rt: Any) -> web.Application:
     console = Console(
         app[TRIALS], app[POSTURE], app[WATCHES], app[PROMOTION], app[COMPARE], store=rt.store,
         teams=tuple(config.teams), models=tuple(sorted(config.models)), price_book=rt.price_book,
-        judge_model=config.judge.model,
+        judge_model=config.judge.model, control_plane_console=config.uplink.console_url,
     )
     app.add_subapp(CONSOLE_PREFIX, console_app(console, verifier, revocations))
     app.router.add_route("*", "/{tail:.*}", no_route, expect_handler=expect_handler)  # last: the rest

@@ -134,10 +134,13 @@ def render_results(d: dict[str, Any]) -> str:
     traffic = d.get("traffic") or []
     out.append(table([(t["id"], t["team"], t["candidate_model"], t["status"], t["verdict"]["wording"])
                       for t in traffic], ("trial", "team", "candidate", "status", "verdict")) if traffic else "  none")
-    corpus = d.get("corpus") or []
-    out.append("corpus evidence (experiments):")
-    out.append(table([(c["id"], c.get("team", ""), c["verdict"]["wording"]) for c in corpus],
-                     ("experiment", "team", "verdict")) if corpus else "  none")
+    corpus = d.get("corpus")
+    out.append("corpus evidence (experiments, A/B comparisons):")
+    if corpus is None:  # a sidecar holds none: it says where it is
+        out.append("  " + str((d.get("corpus_source") or {}).get("message", "not held here")))
+    else:
+        out.append(table([(c["id"], c.get("team", ""), c.get("wording", "")) for c in corpus],
+                         ("experiment", "team", "result")) if corpus else "  none")
     return "\n".join(out)
 
 

@@ -35,6 +35,10 @@ from sidecar.auth.errors import Unauthorized
 from sidecar.auth.revocations import Revocations
 from sidecar.auth.verify import Verifier as AdminVerifier
 from sidecar.collector.collected import CollectedRecords
+from sidecar.collector.console_experiments import add_routes as add_experiment_pages
+from sidecar.collector.console_traffic import OPERATOR, results_api
+from sidecar.collector.console_traffic import add_routes as add_traffic_pages
+from sidecar.collector.operator_views import OperatorViews
 from sidecar.collector.corpus.pages import corpus_console_app
 from sidecar.collector.corpus.api import Services, corpus_app
 from sidecar.collector.corpus.context import CorpusContext
@@ -110,10 +114,18 @@ class CollectorServer:
                 ctx = corpus_context(self.config, store)
                 if self.corpus_runner is not None:
                     ctx = dataclasses.replace(ctx, on_change=self.corpus_runner.wake)
-                app.add_subapp("/v1", corpus_app(ctx, admin, revocations=revocations, prefix=""))
-                # The console's Datasets and Comparisons, over the same services and principal.
-                app.add_subapp("/console", corpus_console_app(Services(ctx), admin, revocations,
-                                                              teams=sorted(self.config.teams)))
+                services = Services(ctx)
+                # One console and /v1/results: the gateways' traffic beside the corpus (issue 25).
+                operator = OperatorViews(store, self.records, services, time.time)
+                api = corpus_app(ctx, admin, revocations=revocations, prefix="")
+                api[OPERATOR] = operator
+                api.router.add_get("/results", results_api)
+                app.add_subapp("/v1", api)
+                # The console: Live, Results, Trials, Watches, Experiments, Datasets, Comparisons.
+                console = corpus_console_app(services, admin, revocations, teams=sorted(self.config.teams),
+                                             more=(add_traffic_pages, add_experiment_pages), home="/live")
+                console[OPERATOR] = operator
+                app.add_subapp("/console", console)
             listener = Listener("collector", read_timeout_s=cfg.read_timeout_seconds,
                                 idle_timeout_s=cfg.idle_timeout_seconds)
             self._runner = ListenerRunner(app, listener, auto_decompress=False)  # the app gunzips itself
@@ -227,7 +239,8 @@ async def serve_collector(config: Config) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with CollectorServer(config.collector, config=config) as server:
         print(f"shadowtrial collector: {server.url}", flush=True)
-        print(f"console (datasets, comparisons): {server.url}/console/", flush=True)
+        print(f"console (live, results, trials, watches, experiments, datasets, comparisons): {server.url}/console/",
+              flush=True)
         failed = asyncio.ensure_future(server.failed.wait())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)

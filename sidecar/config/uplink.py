@@ -41,12 +41,17 @@ class UplinkConfig(Section, frozen=True):
     idle_poll_seconds: Seconds = 0.2
     #: How often trials are read for changed states to send (``trial_state`` records).
     state_interval_seconds: Seconds = 5.0
+    #: The control plane's console (e.g. ``https://control.example/console/``): the sidecar's
+    #: console links to it and ``GET /v1/results`` names it for corpus evidence. Empty: none.
+    console_url: str = ""
 
     @property
     def enabled(self) -> bool:
         return bool(self.collector_url)
 
     def _validate(self) -> None:
+        if self.console_url and not self.console_url.startswith(("http://", "https://")):
+            raise ValueError("console_url must be an http:// or https:// URL")
         if not self.collector_url:
             return
         if not self.collector_url.startswith(("http://", "https://")):

@@ -81,6 +81,8 @@ class Console:
     models: tuple[str, ...]
     price_book: PriceBook
     judge_model: str
+    #: The control plane's console (``[uplink] console_url``), linked in the navigation; "" if none.
+    control_plane_console: str = ""
 
 
 SHELL: web.AppKey[Shell] = web.AppKey("console_shell", Shell)

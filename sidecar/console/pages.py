@@ -117,7 +117,8 @@ async def results_page(request: web.Request) -> web.Response:
         check_team(filters["team"])
     answer = await state(request).watches.results(principal(request), {k: v for k, v in filters.items() if v})
     return render(request, "results.html", nav="results", filters=filters, traffic=answer["traffic"],
-                  corpus=answer["corpus"], note=answer.get("note", ""), teams=await visible_teams(request),
+                  corpus=answer["corpus"], corpus_source=answer.get("corpus_source") or {},
+                  note=answer.get("note", ""), teams=await visible_teams(request),
                   statuses=STATUSES)
 
 

@@ -19,7 +19,7 @@ from sidecar.console.session import Sessions
 def console_app(console: Console, verifier: Verifier | None, revocations: Revocations | None) -> web.Application:
     """The console, to mount with ``admin.add_subapp(CONSOLE_PREFIX, ...)`` before any catch-all."""
     app = web.Application(middlewares=[console_middleware])
-    app[SHELL] = Shell(Sessions(verifier, revocations), templates(), "sidecar")
+    app[SHELL] = Shell(Sessions(verifier, revocations), templates(), "sidecar", console.control_plane_console)
     app[STATE] = console
     watch_pages.add_routes(app.router)
     compare_pages.add_routes(app.router)

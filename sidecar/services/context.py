@@ -120,6 +120,8 @@ class WatchesContext:
     clock: Clock
     routing: RoutingTable
     uplink_enabled: bool
+    #: The control plane's console (``[uplink] console_url``), where corpus evidence is; "" if none.
+    control_plane_console: str = ""
 
 
 @dataclass(frozen=True, slots=True)

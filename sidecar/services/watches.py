@@ -250,7 +250,8 @@ class WatchService:
 
     async def results(self, principal: Principal, query: dict[str, str]) -> dict[str, Any]:
         """Two lists, never interleaved: ``traffic`` (trials, replay trials), each worded by the
-        traffic table; ``corpus`` (experiments: none exist yet), worded by the corpus table."""
+        traffic table; ``corpus``: None, since a sidecar holds no corpus evidence (experiments and
+        A/B comparisons live in the control plane), with ``corpus_source`` saying where it is."""
         team, status, model = query.get("team"), query.get("status"), query.get("model")
         since = _day(query.get("since"), "since")
         until = _day(query.get("until"), "until")
@@ -267,7 +268,12 @@ class WatchService:
                 item = await list_item(self._ctx.views, r)
                 item["evidence"] = "traffic"
                 traffic.append(item)
-        return {"traffic": traffic, "corpus": [],
+        console = self._ctx.control_plane_console
+        where = (f"corpus evidence (experiments, A/B comparisons) is held by the control plane: {console}"
+                 if console else "corpus evidence (experiments, A/B comparisons) is held by a control plane "
+                 "(shadowtrial collector); none is configured here ([uplink] console_url)")
+        return {"traffic": traffic, "corpus": None,
+                "corpus_source": {"held_here": False, "control_plane_console": console or None, "message": where},
                 "note": "traffic and corpus evidence are never mixed; only traffic evidence may promote"}
 
 

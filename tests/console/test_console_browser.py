@@ -55,7 +55,9 @@ async def test_each_screen_loads(tmp_path: Path, browser: Any) -> None:
             await page.get_by_role("link", name="Results").click()
             await expect(page.locator("#traffic tbody tr")).to_have_count(1)
             await expect(page.locator("#traffic")).to_contain_text("Adoptable")
-            await expect(page.locator("#corpus")).to_contain_text("No corpus results")
+            # No control plane configured: the sidecar says corpus evidence is not held here.
+            await expect(page.locator("#corpus-elsewhere")).to_contain_text("not held by this sidecar")
+            await expect(page.locator("#corpus-elsewhere")).to_contain_text("No control plane is configured")
             await page.get_by_label("Status").select_option("stopped")
             await page.get_by_role("button", name="Filter").click()
             await expect(page.locator("#traffic")).to_contain_text("No trial matches these filters.")

@@ -47,7 +47,7 @@ async def control_plane(tmp_path: Path) -> AsyncIterator[tuple[CollectorServer, 
 
 
 async def sign_in(page: Any, token: str) -> None:
-    await page.goto("/console/")
+    await page.goto("/console/datasets")
     await expect(page).to_have_url(re.compile(r"/console/login"))
     await page.get_by_label("Access token").fill(token)
     await page.get_by_role("button", name="Sign in").click()

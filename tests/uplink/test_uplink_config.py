@@ -32,6 +32,14 @@ def test_off_by_default_and_every_identity_setting_required_when_on(tmp_path: Pa
                         'key_id = "k"\naudience = "a"\nissuer = "i"\ntimeout_seconds = 30\nlease_seconds = 10\n')
 
 
+def test_the_control_plane_console_url_is_an_http_url_and_needs_no_uplink(tmp_path: Path) -> None:
+    assert load_config(None, {}).uplink.console_url == ""
+    assert _load(tmp_path, '[uplink]\nconsole_url = "https://cp.example/console/"\n').uplink.console_url == \
+        "https://cp.example/console/"
+    with pytest.raises(ConfigError, match="console_url must be an http"):
+        _load(tmp_path, '[uplink]\nconsole_url = "javascript:alert(1)"\n')
+
+
 def test_a_key_that_is_not_ed25519_is_refused(tmp_path: Path) -> None:
     ec_key, _ = generate_key_pair(tmp_path, kind="ec", name="ec")
     cfg = msgspec.structs.replace(load_config(None, {}).uplink, collector_url="http://127.0.0.1:1", sidecar_id="s",

@@ -26,7 +26,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import msgspec
 from aiohttp import web
@@ -331,19 +331,23 @@ async def create_comparison(request: web.Request) -> web.Response:
     return redirect(f"{CONSOLE_PREFIX}/comparisons?open={view['id']}")
 
 
-async def home(request: web.Request) -> web.Response:
-    return redirect(f"{CONSOLE_PREFIX}/datasets")
-
-
 def corpus_console_app(services: Services, verifier: Verifier | None, revocations: Revocations | None, *,
-                       teams: Sequence[str] = ()) -> web.Application:
-    """The Datasets and Comparisons console, to mount at ``/console`` on the control plane's app."""
+                       teams: Sequence[str] = (), more: Sequence[Callable[[web.Application], None]] = (),
+                       home: str = "/datasets") -> web.Application:
+    """The Datasets and Comparisons console, to mount at ``/console`` on the control plane's app.
+    ``more``: each adds its screens' routes (the control plane's traffic views, Experiments)
+    before the catch-all; ``home``: where ``/console/`` leads."""
     from sidecar.console import pages
+
+    async def home_page(request: web.Request) -> web.Response:
+        return redirect(f"{CONSOLE_PREFIX}{home}")
 
     app = web.Application(middlewares=[console_middleware])
     app[SHELL] = Shell(Sessions(verifier, revocations), templates(), "control_plane")
     app[CORPUS_PAGES] = CorpusConsole(services, tuple(teams))
-    app.router.add_get("/", home)
+    app.router.add_get("/", home_page)
+    for add in more:
+        add(app)
     app.router.add_get("/datasets", datasets_page)
     app.router.add_post("/datasets", import_dataset)
     app.router.add_post("/datasets/seed", seed_dataset)

@@ -20,6 +20,7 @@ from sidecar.collector.store.corpus_records import (
 )
 from sidecar.collector.store.corpus_run_records import AttemptRecord, RunRecord, ScoreRecord
 from sidecar.collector.store.template_records import TemplateRecord, TemplateVersion
+from sidecar.collector.store.reports import ReportsStore
 from sidecar.store.base import Store
 from uplink.collector_store import Held
 
@@ -243,6 +244,6 @@ class TemplateStore(Protocol):
         ...
 
 
-class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, TemplateStore, Protocol):
+class ControlPlaneStore(Store, CollectedStore, CorpusStore, CorpusRunStore, TemplateStore, ReportsStore, Protocol):
     """Everything the collector needs: the sidecar's store (its control-plane engine runs
     trials) and the wing's own tables."""

@@ -8,12 +8,13 @@ from __future__ import annotations
 from sidecar.collector.store.collected_pg import PostgresCollected
 from sidecar.collector.store.corpus_pg import PostgresCorpus
 from sidecar.collector.store.corpus_runs_pg import PostgresCorpusRuns
+from sidecar.collector.store.reports_pg import PostgresReports
 from sidecar.collector.store.schema import migrate_postgres
 from sidecar.collector.store.templates_pg import PostgresTemplates
 from sidecar.store.postgres import PostgresStore
 
 
-class CollectorPostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresTemplates, PostgresCollected, PostgresStore):
+class CollectorPostgresStore(PostgresCorpus, PostgresCorpusRuns, PostgresTemplates, PostgresCollected, PostgresReports, PostgresStore):
     """The :class:`sidecar.collector.store.base.ControlPlaneStore` over one PostgreSQL database."""
 
     async def open(self) -> None:

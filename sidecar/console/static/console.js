@@ -33,6 +33,8 @@
             region.setAttribute("data-updated", String(Date.now()));
             failures = 0;
             say("");
+            // Terminal work (a [data-final] element in the update) stops the updates.
+            if (region.querySelector("[data-final]")) { stop(""); return; }
             schedule(every);
           });
         })

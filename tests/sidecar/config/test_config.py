@@ -398,6 +398,8 @@ EXAMPLE_ENV = {
     "openai.toml": {"OPENAI_API_KEY": "sk-openai"},
     "anthropic.toml": {"ANTHROPIC_API_KEY": "sk-ant"},
     "fake.toml": {},
+    "collector.toml": {},
+    "sidecar-uplink.toml": {},
 }
 
 

@@ -173,7 +173,10 @@ async def test_a_watch_alerts_when_the_old_model_starts_winning_and_live_shows_i
         assert (await h.admin.get("/v1/live")).json()["alerts"] == []
 
         results = (await h.admin.get("/v1/results")).json()
-        assert list(results)[:2] == ["traffic", "corpus"] and results["corpus"] == []
+        assert list(results)[:2] == ["traffic", "corpus"]
+        # A sidecar holds no corpus evidence and says so, rather than listing none (issue 25).
+        assert results["corpus"] is None and results["corpus_source"]["held_here"] is False
+        assert results["corpus_source"]["control_plane_console"] is None
         assert [(t["id"], t["status"], t["verdict"]["wording"]) for t in results["traffic"]] == [
             (trial_id, "adopted", "Adopted")]
         assert (await h.admin.get("/v1/results", params={"model": "other"})).json()["traffic"] == []
