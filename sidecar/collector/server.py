@@ -204,8 +204,10 @@ def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Super
     e = config.engine
     settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
                               items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
+    revocations = Revocations(config.auth.revoked_subjects_file)  # a revoked starter's group stops (issue 24)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
-                        resolve=resolver(config, price_book(config)), settings=settings, supervisor=supervisor)
+                        resolve=resolver(config, price_book(config)), settings=settings, supervisor=supervisor,
+                        authorized=lambda subject: not revocations.revoked(subject))
 
 
 def _where(cfg: CollectorConfig) -> str:
