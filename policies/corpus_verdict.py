@@ -33,6 +33,10 @@ with ``band`` the tolerance on that scale:
 - ``inconclusive`` — anything else, and no interval at all. Corpus results never read
   ``not_worse`` (that is a traffic code: its word is *Adoptable*).
 
+An A/B comparison (:class:`ABRow`, :func:`ab_verdict`) reads directions the same way but parity
+on its deltas, as the A/B specification defines ``equivalent`` ("every delta stays within the
+tolerance"), every comparison with the tolerance exact (:mod:`policies.exact_tolerance`).
+
 Bands: the paired judge's preference is a mean score in [-1, 1], whose win rate is
 ``(1 + mean) / 2``, so a tolerance ``t`` on the win-rate scale is ``2t`` on it; a pass rate
 (a grader) is in [0, 1], so ``t`` itself; an absolute score ``t`` times its scale's width; a

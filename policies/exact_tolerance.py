@@ -20,8 +20,10 @@ same one-item move of 1/20 at a tolerance of 0.05. The rule here, one for every 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 #: A bound is snapped to a grid point only this close to it (float error of a mean is ~1e-13).
 SNAP = Fraction(1, 10**9)
@@ -30,21 +32,32 @@ SNAP = Fraction(1, 10**9)
 MAX_GRID = 10**5
 
 
+@lru_cache(maxsize=65536)
+def _decimal(x: float) -> Fraction:
+    if not math.isfinite(x):
+        raise ValueError("a finite number is needed")
+    return Fraction(repr(x))
+
+
 def exact(x: float | int | Fraction) -> Fraction:
     """``x`` as the decimal it is written as (a Fraction stays as it is)."""
     if isinstance(x, Fraction):
         return x
     if isinstance(x, int):
         return Fraction(x)
-    if not math.isfinite(x):
-        raise ValueError("a finite number is needed")
-    return Fraction(repr(float(x)))
+    return _decimal(float(x))
 
 
 def exact_mean(values: Iterable[float | int | Fraction]) -> Fraction | None:
-    """The exact mean of ``values`` (each read by :func:`exact`); None for none."""
-    got = [exact(v) for v in values]
-    return None if not got else sum(got, Fraction(0)) / len(got)
+    """The exact mean of ``values`` (each read by :func:`exact`); None for none. Equal values are
+    summed once (scores repeat: a pass rate is a mean of 0s and 1s)."""
+    if isinstance(values, (list, tuple)) and len(values) == 1:  # one repetition: the value itself
+        return exact(values[0])
+    counts = Counter(values)
+    n = sum(counts.values())
+    if n == 0:
+        return None
+    return sum((exact(v) * k for v, k in counts.items()), Fraction(0)) / n
 
 
 def grid_of(diffs: Sequence[Fraction]) -> int | None:

@@ -24,20 +24,24 @@ baseline over the paired items, at ``interval_level`` = 1 - 0.05 / m for m numer
 verdict keeps a 5% family-wise error; :func:`policies.corpus_verdict.corpus_interval`: the
 expanded case-cluster bootstrap, none below 20 items, never of zero width), ``interval_note``
 and the metric's ``code``. The verdict (:func:`policies.corpus_verdict.ab_verdict`) is given
-once the run has ended, on the intervals: ``regression`` (a metric's interval below
--threshold), ``equivalent`` (every interval within +-threshold), ``candidate_better`` (every
-metric better by more or within, one better by more), or ``inconclusive`` (the intervals do not
-settle it, fewer than 20 items, a run errored — a generation failed or was left indeterminate,
-or the cap ended it — or a metric has no score on a side).
-Categorical metrics have no numeric winner and are not rows; a metric not applicable to a
-side at all (latency of given outputs) is listed with ``applicable: false`` and left out.
+once the run has ended (issue 24, item 4): ``inconclusive`` when a run errored (a generation
+failed or was left indeterminate, the cap or a revoked starter ended it) or a metric has a
+score on one side only; ``regression`` (a metric's interval below -threshold);
+``candidate_better`` (one interval above +threshold, every other metric better by more or
+within); ``equivalent`` (every delta within the tolerance, on 20 paired items at least);
+otherwise ``inconclusive``. Means, deltas and thresholds are exact fractions
+(:mod:`policies.exact_tolerance`, item 13).
+Categorical metrics have no numeric winner and are not rows; a metric with no score on either
+side (latency of given outputs on both) is listed with ``applicable: false`` and left out.
 
-Errors: ``422 comparison_invalid`` naming the field — a side without ``ref``, a bad
-``type``, equal sides, ``tolerance`` outside [0, 1], ``outputs`` not an object (or not
-``{side: {item id: text}}``), an unknown field, an agent or prompt side without outputs;
-``404 not_found`` for an unknown suite. Roles: writers (``tenant_admin``, ``developer``,
-``security_officer``) create; readers add ``auditor``, ``viewer``, ``finops``;
-``platform_admin`` passes.
+Errors: ``422 comparison_invalid`` — its message begins "The evaluation comparison is invalid: "
+and names the field (issue 24, item 5) — for a side without ``ref``, a bad ``type``, equal
+sides, ``tolerance`` outside [0, 1], ``outputs`` not an object (or not ``{side: {item id:
+text}}``), an unknown field, an agent or prompt side without outputs; ``404 not_found`` for an
+unknown suite; on the list, ``404 comparison_not_found`` for a ``suite_id`` that is not a suite.
+Roles: writers (``tenant_admin``, ``developer``, ``security_officer``) create; readers add
+``auditor``, ``viewer``, ``finops`` and read the list (each row with its ``verdict``) and the
+detail, ``403 forbidden`` for other roles; ``platform_admin`` passes.
 """
 
 from __future__ import annotations
@@ -148,6 +152,10 @@ def require_read(principal: Principal) -> None:
 class ABService:
     def __init__(self, ctx: CorpusContext) -> None:
         self._ctx = ctx
+        #: The verdicts of ended comparisons, by id: (status, run ended at) -> verdict. A list row
+        #: reads it instead of every score and a bootstrap per metric; a retry re-opens the run
+        #: (its end changes), so a stale verdict is never read.
+        self._verdicts: dict[str, tuple[tuple[str, float | None], str | None]] = {}
 
     async def create(self, principal: Principal, raw: Any, request_key: str | None) -> tuple[dict[str, Any], bool]:
         body = check_body(raw)
@@ -256,7 +264,16 @@ class ABService:
             out["verdict"] = None
             return out
         store = self._ctx.store
-        metrics, _ = await suite_items(store, record.suite_id)
+        ended = None
+        if final:
+            run = await store.get_run(record.id)
+            ended = None if run is None else run.ended_at
+            cached = self._verdicts.get(record.id)
+            if not rows and cached is not None and cached[0] == (record.status, ended):
+                out["verdict"] = cached[1]
+                return out
+        suite = await store.get_suite(record.suite_id)  # its metrics; the items are not needed here
+        metrics = [] if suite is None else list(json.loads(suite.metrics))
         latest = latest_attempts(await store.run_attempts(record.id))
         scores = await store.run_scores(record.id)
         errored = short or any(a.status in ("failed", "invocation_indeterminate")
@@ -265,6 +282,8 @@ class ABService:
         if rows:
             out["metrics"] = table
         out["verdict"] = ab_verdict(verdict_rows, errored=errored) if final else None
+        if final:
+            self._verdicts[record.id] = ((record.status, ended), out["verdict"])
         return out
 
 

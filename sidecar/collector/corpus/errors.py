@@ -11,6 +11,7 @@ status by the admin API's error middleware (``{"error": {code, message, field}}`
      ├── InvalidSuite          422 suite_invalid              a metric or slice that cannot be used
      ├── VersionMismatch       422 grader_version_mismatch    a pinned version its definition is not
      ├── ComparisonInvalid     422 comparison_invalid         a group that cannot be planned
+     │                             (comparison_primary_invalid: a primary metric the plan does not select)
      ├── SeedingUnavailable    409 dataset_seeding_unavailable  the team's prompt retention is off
      └── NotBuilt              501 not_implemented            seeding without retained-traffic storage
 
