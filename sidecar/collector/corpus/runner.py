@@ -468,6 +468,9 @@ class CorpusRunner:
         resolved = self._resolve(s["model"])
         if resolved.price is None or resolved.provider not in self._providers:
             return replace(base, status="error", detail=json.dumps({"error": "judge_unavailable"})), 0
+        group = await self._store.get_comparison(attempt.comparison_id)
+        if group is not None and not self._authorized(group.created_by):  # no new grading: the starter lost its rights
+            return replace(base, status="error", detail=json.dumps({"error": STARTER_UNAUTHORIZED})), 0
         worst = absolute_worst_case(resolved.price, metric, conversation, len(answer.encode("utf-8")))
         if not await self._store.top_up(attempt.comparison_id, attempt.id, worst):
             return replace(base, status="error", detail=json.dumps({"error": "cap_reached"})), 0

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from sidecar.demo.fake_provider import FakeProvider
-from tests.harness import CANDIDATE, INCUMBENT, wait_for
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, wait_for
 from tests.sidecar.collector.corpus.corpus_kit import CorpusKit
 from tests.sidecar.collector.corpus.runs_kit import (
     TEAM,
@@ -271,8 +271,10 @@ async def test_a_revoked_starter_stops_new_dispatch(tmp_path: Path) -> None:
         server = await open_collector(path)
         api = Api(auth, server.url)
         try:
-            s = await api.suite(await api.dataset(10), [{"name": "pref", "kind": "paired_judge"},
-                                                        {"name": "latency", "kind": "latency"}])
+            s = await api.suite(await api.dataset(10), [
+                {"name": "pref", "kind": "paired_judge"}, {"name": "latency", "kind": "latency"},
+                {"name": "rating", "kind": "absolute_judge",
+                 "judge": {"rubric_text": "Rate the answer. End with [[rating: N]].", "scale": [1, 10]}}])
             body = group_body(s)
             ready_answer = await api.call("POST", "/v1/comparisons/readiness", json=body)
             starter = auth.token(subject="starter-7", roles=("developer",), teams=(TEAM,))
@@ -283,6 +285,7 @@ async def test_a_revoked_starter_stops_new_dispatch(tmp_path: Path) -> None:
             gid = started.json()["id"]
             await asyncio.wait_for(fake.reached.wait(), 30)
             revoked.write_text("starter-7\n")  # the starter loses its rights with item 2 in flight
+            judged_at_revocation = fake.calls[JUDGE]
             fake.release.set()
             seen: dict[str, Any] = {}
 
@@ -297,6 +300,7 @@ async def test_a_revoked_starter_stops_new_dispatch(tmp_path: Path) -> None:
             await wait_for(lambda: _ge(runner.passes, passes + 2), what="two more passes of the runner")
             attempts = (await api.call("GET", f"/v1/comparisons/{gid}/attempts", roles=("viewer",))).json()
             view = (await api.call("GET", f"/v1/comparisons/{gid}", roles=("viewer",))).json()
+            judged_after = fake.calls[JUDGE] - judged_at_revocation
             async with httpx.AsyncClient() as client:
                 as_starter = await client.get(f"{server.url}/v1/comparisons/{gid}",
                                               headers={"Authorization": f"Bearer {starter}"})
@@ -310,6 +314,11 @@ async def test_a_revoked_starter_stops_new_dispatch(tmp_path: Path) -> None:
     assert view["status"] == "starter_unauthorized"
     assert len(items) == 3 and all(a["status"] == "completed" for a in attempts["attempts"]), statuses
     assert len(attempts["attempts"]) == 6  # items 0-2, both arms: the third item's calls settled
+    assert judged_after == 0, "no judgment dispatched once the starter lost its rights"
+    third = [a for a in attempts["attempts"] if not any(s["status"] == "scored" and s["metric"] == "rating"
+                                                        for s in a["scores"])]
+    assert len(third) == 2 and all(any(s["metric"] == "rating" and s["status"] == "error" for s in a["scores"])
+                                   for a in third), third
     assert as_starter.status_code == 401  # the revoked subject itself reads nothing
     assert view["run"]["ended_at"] is not None
 
