@@ -50,15 +50,19 @@ def tolerance() -> None:
 
 def ab() -> None:
     trials = 1000 // QUICK
-    print("| items | suite | equal arms: wrong direction | planted gap: candidate_better |")
+    print("| items | suite | equal arms: wrong direction | equal arms: equivalent | planted gap: candidate_better"
+          " | a drop of 0.10 (beyond the tolerance): equivalent |")
     for items in (20, 50, 200):
         for judge in (False, True):
             eq = ab_rates(items + judge, trials, items, judge=judge)
             gap = ab_rates(items * 3 + judge, trials, items, judge=judge, pass_base=0.6, pass_cand=0.8,
                            win_rate=0.7)
+            drop = ab_rates(items * 5 + judge, trials, items, judge=judge, pass_base=0.7, pass_cand=0.6,
+                            win_rate=0.4)
             wrong = eq["candidate_better"] + eq["regression"]
             print(f"| {items} | {'grader + judge' if judge else 'grader'} | {wrong:.1%} ±{se(wrong, trials):.1%}"
-                  f" | {gap['candidate_better']:.1%} ±{se(gap['candidate_better'], trials):.1%} |")
+                  f" | {eq['equivalent']:.1%} | {gap['candidate_better']:.1%} ±{se(gap['candidate_better'], trials):.1%}"
+                  f" | {drop['equivalent']:.1%} ±{se(drop['equivalent'], trials):.1%} |")
 
 
 def smalln() -> None:

@@ -33,6 +33,10 @@ with ``band`` the tolerance on that scale:
 - ``inconclusive`` — anything else, and no interval at all. Corpus results never read
   ``not_worse`` (that is a traffic code: its word is *Adoptable*).
 
+An A/B comparison (:class:`ABRow`, :func:`ab_verdict`) reads directions the same way but parity
+on its deltas, as the A/B specification defines ``equivalent`` ("every delta stays within the
+tolerance"), every comparison with the tolerance exact (:mod:`policies.exact_tolerance`).
+
 Bands: the paired judge's preference is a mean score in [-1, 1], whose win rate is
 ``(1 + mean) / 2``, so a tolerance ``t`` on the win-rate scale is ``2t`` on it; a pass rate
 (a grader) is in [0, 1], so ``t`` itself; an absolute score ``t`` times its scale's width; a
@@ -45,9 +49,11 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
 
 from policies.bootstrap import MIN_BOOTSTRAP_CASES, Interval, bootstrap_interval
+from policies.exact_tolerance import beyond, exact, snap, within
 
 SMALL_SAMPLE = "small sample"
 NO_SPREAD = ("no observed spread: every item has the same difference, so resampling cannot show any "
@@ -155,40 +161,69 @@ ABVerdict = Literal["regression", "candidate_better", "equivalent", "inconclusiv
 
 @dataclass(frozen=True, slots=True)
 class ABRow:
-    """One metric of an A/B comparison: ``interval`` of candidate - baseline (None: no interval,
-    or a side has no score), ``threshold`` the tolerance on that scale, ``comparator``
-    ``higher_is_better`` or ``lower_is_better``, ``missing`` when a side has no score."""
+    """One metric of an A/B comparison (issue 24, items 4 and 13).
+
+    ``interval`` of candidate - baseline (None: no interval), ``threshold`` the tolerance on
+    that scale, ``comparator`` ``higher_is_better`` or ``lower_is_better``, ``missing`` when a
+    side has no score, ``delta`` the point difference candidate - baseline (exact when given as
+    a Fraction), ``paired`` the paired items it rests on, ``grid`` the grid the interval's
+    bounds lie on (:func:`policies.exact_tolerance.grid_of`). Every comparison with the
+    threshold is exact (:mod:`policies.exact_tolerance`)."""
 
     interval: Interval | None
-    threshold: float
+    threshold: float | Fraction
     comparator: str
     missing: bool = False
+    delta: float | Fraction | None = None
+    paired: int = 0
+    grid: int | None = None
 
     def code(self) -> Code:
-        if self.interval is None:
+        """``candidate_better`` / ``regression``: the interval lies beyond +-threshold (by more
+        than the tolerance, on the comparator's orientation); ``equivalent``: the delta stays
+        within the tolerance on at least :data:`MIN_BOOTSTRAP_CASES` paired items and no
+        interval says otherwise; ``inconclusive``: a side has no score, or nothing settles it."""
+        if self.missing:
             return "inconclusive"
-        iv = self.interval
-        oriented = iv if self.comparator == "higher_is_better" else Interval(-iv.upper, -iv.lower)
-        return corpus_code(oriented, self.threshold)
+        sign = 1 if self.comparator == "higher_is_better" else -1
+        tolerance = exact(self.threshold)
+        if self.interval is not None:
+            lo, hi = snap(self.interval.lower, self.grid), snap(self.interval.upper, self.grid)
+            oriented = (lo, hi) if sign == 1 else (-hi, -lo)
+            side = beyond(*oriented, tolerance)
+            if side == 1:
+                return "candidate_better"
+            if side == -1:
+                return "regression"
+        if self.delta is not None and self.paired >= MIN_BOOTSTRAP_CASES and within(exact(self.delta), tolerance):
+            return "equivalent"
+        return "inconclusive"
 
 
 def ab_verdict(rows: Sequence[ABRow], *, errored: bool) -> ABVerdict:
-    """An A/B comparison's verdict from its metric rows, each read on its interval (built at
-    alpha / m for m rows, so the family-wise error stays at alpha), first rule that applies:
+    """An A/B comparison's verdict from its metric rows (the A/B specification's table), the
+    first rule that applies:
 
-    - ``inconclusive`` — a run errored, no metric, or a metric has no score on a side;
-    - ``regression`` — a metric worse by more than its threshold (interval below -threshold);
-    - ``equivalent`` — every metric within its threshold (interval inside +-threshold);
-    - ``candidate_better`` — every metric better by more or within, one better by more;
-    - ``inconclusive`` — otherwise: some interval does not settle it.
+    - ``inconclusive`` — a run errored, no metric, or a metric has no score on one side;
+    - ``regression`` — a metric worse than the baseline by more than its threshold (its
+      interval, built at alpha / m for m rows, lies below -threshold);
+    - ``candidate_better`` — one metric better by more than its threshold (interval above
+      +threshold) and every other better by more or within;
+    - ``equivalent`` — every delta stays within the tolerance (exactly, at it included; on 20
+      paired items at least);
+    - ``inconclusive`` — otherwise: a delta beyond the tolerance that its interval does not settle.
+
+    A direction always rests on an interval (issue 23: at most 5% wrong directions between equal
+    arms); parity on the deltas, as the specification defines it (issue 24, item 4: an interval
+    inside +-tolerance needs thousands of items, past the admission limit, so it never read).
     """
     if errored or not rows or any(r.missing for r in rows):
         return "inconclusive"
     codes = [r.code() for r in rows]
     if "regression" in codes:
         return "regression"
+    if all(c in ("candidate_better", "equivalent") for c in codes) and "candidate_better" in codes:
+        return "candidate_better"
     if all(c == "equivalent" for c in codes):
         return "equivalent"
-    if all(c in ("candidate_better", "equivalent") for c in codes):
-        return "candidate_better"
     return "inconclusive"

@@ -4,11 +4,15 @@ arms (issue 13, item 3). Pure: plain data in, plain data out; nothing here calls
 **Planned invocations.** Admission is decided per arm — each arm is one experiment, and
 "all arms launch together after every arm passes admission" — so an arm plans
 
-    items x repetitions                  generation executions
-    + RECOVERY_ATTEMPTS x model graders  each model grader's five-attempt recovery allowance
+    items x repetitions                            generation executions (none for given answers)
+    + RECOVERY_ATTEMPTS x judgments                each judgment's five-attempt recovery allowance
 
-where a model grader is a suite metric graded by a model (the paired or the absolute judge;
-deterministic graders, latency and cost call nothing). A group is admitted only when
+where a judgment is one model grader's grading of one of the arm's answers: every answer
+(items x repetitions) once per model grader grading the arm — the absolute judge grades every
+arm, the paired judge every arm but the baseline (it judges each against the baseline's answer
+of the same item and repetition). Deterministic graders, latency and cost (assertions) call
+nothing. So 995 planned judgments count 4,975 invocations, not 5 (issue 24, item 6: "each
+model/tool grader's current five-attempt worker recovery allowance"). A group is admitted only when
 every arm plans at most :data:`INVOCATION_LIMIT`; the refusal
 (``comparison_invocation_limit``) names each arm over it with its count. The limit is
 never raised automatically. (The group's total, reported beside, counts both arms'
@@ -33,11 +37,13 @@ MIN_REPETITIONS, MAX_REPETITIONS = 1, 5
 
 @dataclass(frozen=True, slots=True)
 class ArmPlan:
-    """What one arm plans: its generations, its model graders' recovery allowance, the sum."""
+    """What one arm plans: its generations, its judgments' recovery allowance (five attempts
+    each), the sum; ``judgments`` the judgments themselves."""
 
     arm: str
     generations: int
     grader_allowance: int
+    judgments: int = 0
 
     @property
     def total(self) -> int:
@@ -52,11 +58,21 @@ class Admission:
     group_total: int
 
 
-def plan_arm(arm: str, *, items: int, repetitions: int, model_graders: int) -> ArmPlan:
-    """The planned invocations of one arm (see the module's docs)."""
+def plan_arm(arm: str, *, items: int, repetitions: int, model_graders: int, generates: bool = True) -> ArmPlan:
+    """The planned invocations of one arm (see the module's docs): ``model_graders`` grade each
+    of its answers (:func:`model_graders_of`); ``generates`` False when its answers are given."""
     if items < 0 or repetitions < 1 or model_graders < 0:
         raise ValueError("items >= 0, repetitions >= 1, model_graders >= 0")
-    return ArmPlan(arm, items * repetitions, RECOVERY_ATTEMPTS * model_graders)
+    answers = items * repetitions
+    judgments = answers * model_graders
+    return ArmPlan(arm, answers if generates else 0, RECOVERY_ATTEMPTS * judgments, judgments)
+
+
+def model_graders_of(kinds: Sequence[str], *, baseline: bool) -> int:
+    """How many model graders grade each answer of an arm, from the suite's metric kinds: every
+    absolute judge; every paired judge unless the arm is the baseline (its answers are the
+    reference of each pair, judged once, under the other arm)."""
+    return sum(1 for k in kinds if k == "absolute_judge" or (k == "paired_judge" and not baseline))
 
 
 def admit(plans: Sequence[ArmPlan], *, limit: int = INVOCATION_LIMIT) -> Admission:

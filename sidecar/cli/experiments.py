@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 Call = Callable[..., dict[str, Any]]
-FINAL = ("completed", "cap_reached")
+FINAL = ("completed", "cap_reached", "starter_unauthorized")  # the run ended (a revoked starter ends it)
 #: How often ``--follow`` asks for progress.
 FOLLOW_INTERVAL_S = 1.0
 

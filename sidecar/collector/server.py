@@ -219,9 +219,11 @@ def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Super
     settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
                               items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
     book = price_book(config)
+    revocations = Revocations(config.auth.revoked_subjects_file)  # a revoked starter's group stops (issue 24)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
                         resolve=resolver(config, book), settings=settings, supervisor=supervisor,
-                        targets=targets(config, book))
+                        targets=targets(config, book),
+                        authorized=lambda subject: not revocations.revoked(subject))
 
 
 def _where(cfg: CollectorConfig) -> str:

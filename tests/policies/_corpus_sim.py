@@ -4,7 +4,8 @@ exactly as ``sidecar/corpus/ab.py`` and ``sidecar/corpus/runs.py`` call them.
 An A/B suite here has a grader (pass/fail on each side; per-item difference in {-1, 0, 1},
 threshold = tolerance) and, optionally, the paired judge (per-item case score in {-1, 0, 1}
 with 30% ties; win-rate difference = score / 2, threshold = tolerance). Each metric's interval
-is built at alpha / m, as ``ab.py`` does.
+is built at alpha / m, as ``ab.py`` does; the delta, the paired count and the bounds' grid are
+passed as ``ab.py`` passes them (issue 24: equivalence reads the delta, exactly).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 
 from policies.bootstrap import Interval
 from policies.corpus_verdict import ABRow, ab_verdict, corpus_interval, delta_bounds
+from policies.exact_tolerance import exact, exact_mean, grid_of
 
 
 def grader_diffs(rng: np.random.Generator, items: int, *, base: float, cand: float) -> list[float]:
@@ -32,14 +34,18 @@ def ab_trial(rng: np.random.Generator, trial: int, items: int, *, judge: bool, t
     metrics = 2 if judge else 1
     alpha = 0.05 / metrics
     rows = []
-    g = corpus_interval(grader_diffs(rng, items, base=pass_base, cand=pass_cand), identity=f"g{trial}",
-                        bounds=delta_bounds("grader"), alpha=alpha)
-    rows.append(ABRow(g.interval, tolerance, "higher_is_better"))
+    diffs = grader_diffs(rng, items, base=pass_base, cand=pass_cand)
+    g = corpus_interval(diffs, identity=f"g{trial}", bounds=delta_bounds("grader"), alpha=alpha)
+    exact_diffs = [exact(d) for d in diffs]
+    rows.append(ABRow(g.interval, tolerance, "higher_is_better", delta=exact_mean(exact_diffs), paired=items,
+                      grid=grid_of(exact_diffs)))
     if judge:
-        j = corpus_interval(judge_scores(rng, items, win_rate=win_rate), identity=f"j{trial}",
-                            bounds=delta_bounds("paired_judge"), alpha=alpha)
+        scores = judge_scores(rng, items, win_rate=win_rate)
+        j = corpus_interval(scores, identity=f"j{trial}", bounds=delta_bounds("paired_judge"), alpha=alpha)
         iv = None if j.interval is None else Interval(j.interval.lower / 2, j.interval.upper / 2)
-        rows.append(ABRow(iv, tolerance, "higher_is_better"))
+        halves = [exact(s) / 2 for s in scores]
+        rows.append(ABRow(iv, tolerance, "higher_is_better", delta=exact_mean(halves), paired=items,
+                          grid=grid_of(halves)))
     return ab_verdict(rows, errored=False)
 
 

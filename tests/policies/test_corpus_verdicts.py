@@ -7,6 +7,7 @@ Monte-Carlo error: one standard error of a share p over T trials is sqrt(p (1 - 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -141,10 +142,40 @@ def test_ab_verdict_rules() -> None:
     up, inside, down = Interval(0.06, 0.2), Interval(-0.04, 0.04), Interval(-0.2, -0.06)
     assert ab_verdict([ABRow(up, 0.05, "higher_is_better")], errored=False) == "candidate_better"
     assert ab_verdict([ABRow(down, 0.05, "lower_is_better")], errored=False) == "candidate_better"
-    assert ab_verdict([ABRow(inside, 0.05, "higher_is_better")] * 2, errored=False) == "equivalent"
+    assert ab_verdict([ABRow(inside, 0.05, "higher_is_better", delta=0.0, paired=30)] * 2,
+                      errored=False) == "equivalent"
     assert ab_verdict([ABRow(up, 0.05, "higher_is_better"), ABRow(down, 0.05, "higher_is_better")],
                       errored=False) == "regression"
-    assert ab_verdict([ABRow(Interval(0.01, 0.2), 0.05, "higher_is_better")], errored=False) == "inconclusive"
+    assert ab_verdict([ABRow(Interval(0.01, 0.2), 0.05, "higher_is_better", delta=0.1, paired=30)],
+                      errored=False) == "inconclusive"  # a delta beyond the tolerance its interval does not settle
     assert ab_verdict([ABRow(None, 0.05, "higher_is_better")], errored=False) == "inconclusive"
     assert ab_verdict([ABRow(up, 0.05, "higher_is_better")], errored=True) == "inconclusive"
     assert ab_verdict([], errored=False) == "inconclusive"
+
+
+def test_ab_equivalent_reads_every_delta_within_the_tolerance() -> None:
+    """Issue 24, item 4: "equivalent — every delta stays within the tolerance". Before, parity
+    needed the whole interval inside +-tolerance, which a pass rate reaches only past a thousand
+    items: scored results within the tolerance read inconclusive (here a 200-item interval of
+    +-0.07 around a delta of 0.01)."""
+    wide = Interval(-0.06, 0.08)
+    row = ABRow(wide, 0.05, "higher_is_better", delta=Fraction(1, 100), paired=200)
+    assert row.code() == "equivalent"
+    assert ab_verdict([row, ABRow(Interval(-0.1, 0.05), 0.05, "lower_is_better", delta=-0.02, paired=200)],
+                      errored=False) == "equivalent"
+    # Not on a small sample (no interval below 20 items: descriptive only), not beyond the tolerance.
+    assert ABRow(None, 0.05, "higher_is_better", delta=0.0, paired=19).code() == "inconclusive"
+    assert ABRow(wide, 0.05, "higher_is_better", delta=0.06, paired=200).code() == "inconclusive"
+    # One metric better by more than the tolerance, the others within: candidate_better.
+    assert ab_verdict([ABRow(Interval(0.06, 0.2), 0.05, "higher_is_better", delta=0.12, paired=200), row],
+                      errored=False) == "candidate_better"
+
+
+def test_ab_a_metric_scored_on_one_side_only_is_inconclusive() -> None:
+    """Issue 24, item 4: "inconclusive — a metric has no score on one side", whatever the others say."""
+    scored = ABRow(Interval(-0.01, 0.01), 0.05, "higher_is_better", delta=0.0, paired=200)
+    one_side = ABRow(None, 0.05, "lower_is_better", missing=True)
+    assert ab_verdict([scored], errored=False) == "equivalent"
+    assert ab_verdict([scored, one_side], errored=False) == "inconclusive"
+    assert ab_verdict([ABRow(Interval(0.2, 0.3), 0.05, "higher_is_better", delta=0.25, paired=200), one_side],
+                      errored=False) == "inconclusive"

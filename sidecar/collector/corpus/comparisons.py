@@ -23,7 +23,8 @@ answer.
 
 **Start** needs an ``Idempotency-Key`` and the token of a readiness check. In order:
 the same key with the same body returns the group it created (``200``), whatever changed
-since; the same key with another body is ``409 request_key_conflict``; a problem is
+since, to a caller who may start groups on its team now (a reader's retry is ``403``); the
+same key with another body is ``409 request_key_conflict``; a problem is
 ``422`` with its code (``model_unresolved``, ``spend_unbounded``); a group over the limit
 is ``422 comparison_invocation_limit`` naming each arm's count; a readiness answer that is
 not the one the token was taken from is ``409 stale_preflight``; otherwise the group is
@@ -46,6 +47,7 @@ from policies.experiments import (
     ArmFacts,
     admit,
     differences,
+    model_graders_of,
     plan_arm,
     prompt_hash,
 )
@@ -102,6 +104,11 @@ class ComparisonIn(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     tolerance: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
 
 
+#: The refusal of a primary metric the plan does not select (issue 24, item 5; the comparison-group
+#: specification's code, not ``comparison_invalid``).
+PRIMARY_INVALID = "comparison_primary_invalid"
+
+
 def _missing(comparison_id: str) -> str:
     return f"no comparison {comparison_id!r}"
 
@@ -132,10 +139,12 @@ class ComparisonService:
         primary = by_name.get(body.primary_metric)
         if primary is None:
             raise ComparisonInvalid(f"suite {suite.id!r} has no metric {body.primary_metric!r}; it has "
-                                    f"{', '.join(sorted(by_name))}", field="$.primary_metric")
+                                    f"{', '.join(sorted(by_name))}", field="$.primary_metric",
+                                    code=PRIMARY_INVALID)
         if primary["direction"] == "categorical":
             raise ComparisonInvalid(f"metric {body.primary_metric!r} is categorical: it names no winner, so it "
-                                    "cannot be the primary metric", field="$.primary_metric")
+                                    "cannot be the primary metric", field="$.primary_metric",
+                                    code=PRIMARY_INVALID)
         names: set[str] = set()
         problems: list[dict[str, Any]] = []
         arms: list[dict[str, Any]] = []
@@ -177,16 +186,18 @@ class ComparisonService:
             facts.append(ArmFacts(arm.name, arm.model, arm.route, p_hash, settings))
         items = await self._suites.item_count(suite)
         model_graders = sum(1 for m in metrics if m["kind"] in MODEL_GRADERS)
-        plans = [plan_arm(a.name, items=items, repetitions=body.repetitions, model_graders=model_graders)
-                 for a in body.arms]
+        kinds = [m["kind"] for m in metrics]
+        plans = [plan_arm(a.name, items=items, repetitions=body.repetitions,
+                          model_graders=model_graders_of(kinds, baseline=n == 0))
+                 for n, a in enumerate(body.arms)]
         admission = admit(plans)
         answer: dict[str, Any] = {
             "suite": {"id": suite.id, "name": suite.name, "version": suite.version, "digest": suite.digest},
             "team": suite.team, "evidence": "corpus", "items": items, "repetitions": body.repetitions,
             "primary_metric": body.primary_metric, "arms": arms, "differences": differences(facts),
             "planned": {
-                "per_arm": [{"arm": p.arm, "generations": p.generations, "grader_allowance": p.grader_allowance,
-                             "total": p.total} for p in plans],
+                "per_arm": [{"arm": p.arm, "generations": p.generations, "judgments": p.judgments,
+                             "grader_allowance": p.grader_allowance, "total": p.total} for p in plans],
                 "group_total": admission.group_total, "limit": admission.limit,
                 "model_graders": model_graders,
             },
@@ -226,6 +237,9 @@ class ComparisonService:
                 raise IdempotencyConflict(request_key)
             if not principal.sees(found[1].team):
                 raise NotFound(_missing(found[1].id))
+            # The original group, under the caller's current rights (issue 24, item 7): a retry by
+            # someone who may no longer start groups on the team is refused as a fresh start is.
+            require_write(principal, found[1].team, "comparisons")
             return comparison_view(found[1]), False
         if body.readiness_token is None:
             raise BadRequest("a start needs the readiness_token of a readiness check (POST /v1/comparisons/readiness "
@@ -281,5 +295,5 @@ def _refusal(problem: dict[str, Any]) -> Unprocessable:
 def _limit(answer: dict[str, Any]) -> Unprocessable:
     over = ", ".join(f"arm {o['arm']!r} plans {o['total']:,}" for o in answer["admission"]["over"])
     return Unprocessable(f"{over} invocations; a comparison arm may plan at most {INVOCATION_LIMIT:,} (generations plus "
-                    "each model grader's five-attempt recovery allowance). Use fewer items or repetitions; the "
+                    "five attempts for each judgment of a model grader). Use fewer items or repetitions; the "
                     "limit is never raised automatically", field="$.repetitions", code="comparison_invocation_limit")

@@ -11,6 +11,7 @@ status by the admin API's error middleware (``{"error": {code, message, field}}`
      ├── InvalidSuite          422 suite_invalid              a metric or slice that cannot be used
      ├── VersionMismatch       422 grader_version_mismatch    a pinned version its definition is not
      ├── ComparisonInvalid     422 comparison_invalid         a group that cannot be planned
+     │                             (comparison_primary_invalid: a primary metric the plan does not select)
      ├── SeedingUnavailable    409 dataset_seeding_unavailable  the team's prompt retention is off
      └── NotBuilt              501 not_implemented            seeding without retained-traffic storage
 
@@ -49,9 +50,23 @@ class VersionMismatch(ApiError):
     code = "grader_version_mismatch"
 
 
+#: Every ``comparison_invalid`` message begins so, then names the field (issue 24, item 5).
+INVALID_PREFIX = "The evaluation comparison is invalid: "
+
+
 class ComparisonInvalid(ApiError):
+    """``comparison_invalid``: the message begins "The evaluation comparison is invalid: " and
+    names the field after the colon (its path without ``$.``; ``body`` for the whole body),
+    whichever module raises it."""
+
     status = 422
     code = "comparison_invalid"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        if not message.startswith(INVALID_PREFIX):
+            name = (field or "").removeprefix("$").removeprefix(".") or "body"
+            message = INVALID_PREFIX + (message if message.startswith(name) else f"{name}: {message}")
+        super().__init__(message, field=field, code=code)
 
 
 class SeedingUnavailable(ApiError):

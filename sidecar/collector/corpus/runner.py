@@ -35,6 +35,13 @@ what is still in hand at the deadline is made indeterminate at once.
 
 **Cancelled arms** (``POST /v1/comparisons/{id}/arms/{arm}/cancel``) are skipped from the
 next item on; their peers carry on.
+
+**The starter's rights** (issue 24, item 8) are checked again before the group is taken,
+before each new item and before an item's grading is claimed (``authorized(subject)``: on the
+collector, the subject is not in ``[auth] revoked_subjects_file``). Once the recorded starter
+has lost them, no new item or judgment is dispatched: the group ends ``starter_unauthorized``
+(calls already dispatched settle; everything recorded stays readable under the reader's own
+rights). It is not resumed; an authorized caller starts a new group.
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ log = logging.getLogger("shadowtrial.corpus.runner")
 
 #: How often groups are looked at when nothing wakes the runner.
 POLL_S = 0.5
+#: The status of a group whose recorded starter lost the rights to run it.
+STARTER_UNAUTHORIZED = "starter_unauthorized"
 
 Key = tuple[str, str, str, int]  # arm, item id, revision id, repetition
 
@@ -107,9 +116,12 @@ class CorpusRunner:
     def __init__(self, *, store: ControlPlaneStore, open_providers: Callable[[], Mapping[str, Provider]],
                  resolve: Callable[[str], Resolved], settings: RunnerSettings = RunnerSettings(),
                  clock: Callable[[], float] = time.time, supervisor: Supervisor | None = None,
-                 targets: TargetResolver | None = None) -> None:
+                 targets: TargetResolver | None = None,
+                 authorized: Callable[[str | None], bool] | None = None) -> None:
         self._store = store
         self._arm_target = arm_targets(targets, resolve)
+        #: Whether a group's recorded starter (a subject) may still have new work run for it.
+        self._authorized = authorized or (lambda subject: True)
         self._supervisor = supervisor or Supervisor()
         self._open_providers = open_providers
         self._resolve = resolve
@@ -204,7 +216,18 @@ class CorpusRunner:
 
     # -- one group ---------------------------------------------------------------------
 
+    async def _starter_may_run(self, comparison: ComparisonRecord) -> bool:
+        """The starter's rights, checked again: when lost, the group ends ``starter_unauthorized``."""
+        if self._authorized(comparison.created_by):
+            return True
+        if await self._store.set_comparison_status(comparison.id, STARTER_UNAUTHORIZED,
+                                                   allowed_from=("admitted", "running"), now=self._clock(), final=True):
+            log.warning("group %s stopped: its starter may no longer run it (%s)", comparison.id, STARTER_UNAUTHORIZED)
+        return False
+
     async def run_group(self, comparison: ComparisonRecord) -> None:
+        if not await self._starter_may_run(comparison):
+            return
         plan = await load_plan(self._store, comparison)
         cap = int(json.loads(comparison.readiness).get("spend", {}).get("cap_micros") or 0)
         run = await self._store.begin_run(comparison.id, cap_micros=cap, now=self._clock())
@@ -227,6 +250,9 @@ class CorpusRunner:
             if self._stopping:
                 slots.release()
                 break
+            if not await self._starter_may_run(comparison):  # no new item once the starter lost its rights
+                slots.release()
+                break
             fresh = await self._store.get_run(comparison.id)
             if self._stopping:  # the stop began while this item was being taken: it claims nothing
                 slots.release()
@@ -239,7 +265,7 @@ class CorpusRunner:
             pending.append(task)
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._stopping:
+        if self._stopping or not self._authorized(comparison.created_by):
             return
         await self._conclude(state)
 
@@ -318,6 +344,8 @@ class CorpusRunner:
                 if found is None or found.status == "queued":
                     calls.append(self._generate(state, arm, item, rep, found))
         await asyncio.gather(*calls)
+        if not self._authorized(plan.comparison.created_by):  # no new grading once the starter lost its rights
+            return
         await asyncio.gather(*(self._judge_pair(state, item, *pair) for pair in self._pairs_to_judge(state, item)))
 
     def _pairs_to_judge(self, state: _GroupState, item: Item
@@ -452,6 +480,9 @@ class CorpusRunner:
         resolved = self._resolve(s["model"])
         if resolved.price is None or resolved.provider not in self._providers:
             return replace(base, status="error", detail=json.dumps({"error": "judge_unavailable"})), 0
+        group = await self._store.get_comparison(attempt.comparison_id)
+        if group is not None and not self._authorized(group.created_by):  # no new grading: the starter lost its rights
+            return replace(base, status="error", detail=json.dumps({"error": STARTER_UNAUTHORIZED})), 0
         worst = absolute_worst_case(resolved.price, metric, conversation, len(answer.encode("utf-8")))
         if not await self._store.top_up(attempt.comparison_id, attempt.id, worst):
             return replace(base, status="error", detail=json.dumps({"error": "cap_reached"})), 0

@@ -27,7 +27,8 @@ async def test_experiments_check_start_follow_show_compare(tmp_path: Path, capsy
             group.write_text(json.dumps(group_body(suite)))
             assert await asyncio.to_thread(main, ["experiments", "check", str(group)], env) == 0
             checked = capsys.readouterr().out
-            assert "planned invocations: 20" in checked and "admission: admitted" in checked, checked
+            # 5 generations per arm, and the judged arm five attempts for each of its 5 judgments (issue 24)
+            assert "planned invocations: 35" in checked and "admission: admitted" in checked, checked
             assert fake.calls[INCUMBENT] == fake.calls[CANDIDATE] == 0, "check calls no model"
             assert await asyncio.to_thread(main, ["experiments", "start", str(group), "--follow"], env) == 0
             started = capsys.readouterr().out

@@ -62,10 +62,12 @@ async def test_readiness_shows_arms_differences_and_plan(tmp_path: Path) -> None
         assert answer["arms"][0]["prompt_hash"] is None and len(answer["arms"][1]["prompt_hash"]) == 64
         assert answer["arms"][0]["settings"] == {"max_tokens": 256}
         assert [d["setting"] for d in answer["differences"]] == ["system_prompt", "params.temperature"]
+        # Issue 24, item 6: five attempts per judgment; the paired judge judges the non-baseline arm.
         assert answer["planned"]["per_arm"] == [
-            {"arm": "today", "generations": 600, "grader_allowance": 5, "total": 605},
-            {"arm": "next", "generations": 600, "grader_allowance": 5, "total": 605}]
-        assert answer["planned"]["group_total"] == 1210 and answer["admission"] == {"admitted": True, "over": []}
+            {"arm": "today", "generations": 600, "judgments": 0, "grader_allowance": 0, "total": 600},
+            {"arm": "next", "generations": 600, "judgments": 600, "grader_allowance": 3000, "total": 3600}]
+        assert answer["planned"]["group_total"] == 4200
+        assert answer["admission"] == {"admitted": False, "over": [{"arm": "next", "total": 3600}]}
         assert answer["problems"] == []
         assert (await ready(kit, group(s, 3)))["readiness_token"] == answer["readiness_token"]  # read-only, stable
         assert (await kit.call("GET", "/v1/comparisons")).json()["comparisons"] == []
@@ -73,14 +75,14 @@ async def test_readiness_shows_arms_differences_and_plan(tmp_path: Path) -> None
 
 async def test_admission_at_exactly_the_limit_and_one_over(tmp_path: Path) -> None:
     async with CorpusKit(tmp_path) as kit:
-        at = await suite(kit, 199, name="at")  # 199 x 5 + 5 = 1,000
-        over = await suite(kit, 332, name="over")  # 332 x 3 + 5 = 1,001
+        at = await suite(kit, 200, judged=False, name="at")  # 200 x 5 = 1,000 (assertions call nothing)
+        over = await suite(kit, 1001, judged=False, name="over")  # 1,001 x 1
         body = group(at, 5)
         answer = await ready(kit, body)
         assert [p["total"] for p in answer["planned"]["per_arm"]] == [1000, 1000] and answer["admission"]["admitted"]
         r = await start(kit, {**body, "readiness_token": answer["readiness_token"]}, "k-at")
         assert r.status_code == 201 and r.json()["status"] == "admitted", r.text
-        body = group(over, 3)
+        body = group(over, 1)
         answer = await ready(kit, body)
         assert answer["admission"] == {"admitted": False, "over": [{"arm": "today", "total": 1001},
                                                                    {"arm": "next", "total": 1001}]}
@@ -103,7 +105,7 @@ async def test_request_keys_and_stale_preflight(tmp_path: Path) -> None:
         first = await start(kit, {**body, "readiness_token": token}, "k1")
         assert first.status_code == 201, first.text
         view = first.json()
-        assert view["evidence"] == "corpus" and view["planned_total"] == 2 * (40 + 5)
+        assert view["evidence"] == "corpus" and view["planned_total"] == 40 + (40 + 5 * 40)
         replay = await start(kit, {**body, "readiness_token": token}, "k1")  # the answer was lost: retry
         assert replay.status_code == 200 and replay.json() == view
         other = await start(kit, {**body, "repetitions": 1, "readiness_token": token}, "k1")
@@ -147,8 +149,8 @@ async def test_invalid_groups_name_their_field(tmp_path: Path) -> None:
             (group(s, 6), 400, "invalid_request", "$.repetitions"),
             (group(s, 0), 400, "invalid_request", "$.repetitions"),
             (group(s, arms=[arm, arm]), 422, "comparison_invalid", "$.arms[1].name"),
-            (group(s, primary_metric="nope"), 422, "comparison_invalid", "$.primary_metric"),
-            (group(s, primary_metric="label"), 422, "comparison_invalid", "$.primary_metric"),
+            (group(s, primary_metric="nope"), 422, "comparison_primary_invalid", "$.primary_metric"),  # issue 24
+            (group(s, primary_metric="label"), 422, "comparison_primary_invalid", "$.primary_metric"),
             (group("su_missing"), 404, "not_found", "$.suite_id"),
             (group(s, arms=[arm, {**arm, "name": "b", "params": {"temprature": 1}}]), 400, "invalid_request",
              "$.arms[1].params.temprature"),
