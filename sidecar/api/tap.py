@@ -49,6 +49,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from sidecar.api.listener import Listener, ListenerRunner, client_gone, describe
+from sidecar.api.otlp_route import SpanCounts, TapHooks, traces_handler
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.config import TapConfig
@@ -359,7 +360,27 @@ def tap_app(rt: Runtime) -> web.Application:
     app.router.add_post("/v1/exchanges", post_exchanges)
     app.router.add_post("/v1/integrations/litellm", post_litellm)
     app.router.add_get("/healthz", tap_healthz)
+    app[OTLP_SPANS] = SpanCounts()
+    app.router.add_post("/v1/traces", traces_handler(_otlp_hooks(), rt.config.otlp, app[OTLP_SPANS]))
     return app
+
+
+#: Spans ``POST /v1/traces`` received, by outcome (sidecar.api.otlp_route).
+OTLP_SPANS: web.AppKey[SpanCounts] = web.AppKey("otlp_spans", SpanCounts)
+
+
+def _otlp_hooks() -> TapHooks:
+    """The OTLP receiver (sidecar.api.otlp_route) with this tap's credentials, body reader and errors."""
+    def ctx(request: web.Request) -> TapContext:
+        return request.app[TAP_CONTEXT]
+
+    return TapHooks(
+        intake=lambda r: ctx(r).intake,
+        gateway=lambda r: _gateway(r, ctx(r)),
+        body=lambda r: _body_or_refusal(r, ctx(r)),
+        malformed=lambda r: ctx(r).counters.tap_rejected("malformed"),
+        error=lambda status, code, message, field: _error(status, code, message, field),
+    )
 
 
 def tap_runner(rt: Runtime) -> web.AppRunner:
