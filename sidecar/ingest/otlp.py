@@ -56,8 +56,8 @@ def decode_request(body: bytes, encoding: Encoding) -> ExportTraceServiceRequest
         raise DecodeError("JSON nested too deeply to decode", "$") from None
     if not isinstance(document, dict):
         raise DecodeError("an OTLP JSON export request is an object", "$")
+    _ids_to_base64(document)
     try:
-        _ids_to_base64(document)
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise DecodeError(f"the body is not an OTLP ExportTraceServiceRequest in JSON ({_short(exc)})", "$") from None
