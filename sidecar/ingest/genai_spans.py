@@ -3,7 +3,7 @@
 A span is an LLM chat call when it says so in one of the conventions in use:
 ``gen_ai.operation.name`` = ``chat`` / ``text_completion`` / ``generate_content`` (the
 OpenTelemetry GenAI semantic conventions), OpenLLMetry's ``llm.request.type`` = ``chat`` /
-``completion``, or OpenInference's ``openinference.span.kind`` = ``LLM``. Any other span
+``completion`` (LiteLLM's ``otel`` callback: ``acompletion``), or OpenInference's ``openinference.span.kind`` = ``LLM``. Any other span
 (an HTTP server span, an embeddings call, a tool) is counted ``not_llm`` and ignored.
 
 Each chat span becomes one :class:`~sidecar.ingest.wire.Exchange`, in two steps so that a
@@ -49,7 +49,8 @@ from sidecar.ingest.wire import DecodeError, Exchange, ExchangeRequest, Exchange
 SPAN_OUTCOMES = ("exchange", "not_llm", "skipped_redacted", "no_team", "invalid")
 
 _CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
-_LEGACY_TYPES = frozenset({"chat", "completion"})
+#: OpenLLMetry writes chat / completion; LiteLLM's ``otel`` callback its call type (acompletion).
+_LEGACY_TYPES = frozenset({"chat", "completion", "acompletion"})
 _MESSAGE_EVENTS = {
     "gen_ai.system.message": "system", "gen_ai.user.message": "user",
     "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool",
@@ -173,12 +174,21 @@ class _Unreadable(ValueError):
 
 
 def _attributes(key_values: Iterable[Any]) -> dict[str, Any]:
-    """Attribute key → its ``AnyValue`` message, unconverted (the last of a repeated key wins)."""
-    return {kv.key: kv.value for kv in key_values}
+    """Attribute key → its ``KeyValue`` message, unconverted (the last of a repeated key wins).
+
+    The value is read only when used (:func:`_get`): each message the protobuf runtime hands
+    to Python costs about a microsecond, and most of a span's values are never looked at."""
+    return {kv.key: kv for kv in key_values}
+
+
+def _get(attrs: Mapping[str, Any], key: str) -> Any:
+    """The ``AnyValue`` of attribute ``key``, or None."""
+    kv = attrs.get(key)
+    return None if kv is None else kv.value
 
 
 def _string(attrs: Mapping[str, Any], key: str) -> str | None:
-    value = attrs.get(key)
+    value = _get(attrs, key)
     if value is None or value.WhichOneof("value") != "string_value":
         return None
     text: str = value.string_value
@@ -211,7 +221,7 @@ def _full(span: Any, attrs: Mapping[str, Any], skeleton: Exchange) -> Exchange:
     if not messages:
         raise _Unreadable("no input message could be read")
     content, finish = _output(attrs, events)
-    finishes = _plain(attrs.get("gen_ai.response.finish_reasons"))
+    finishes = _plain(_get(attrs, "gen_ai.response.finish_reasons"))
     if isinstance(finishes, list) and finishes and isinstance(finishes[0], str):
         finish = finishes[0]
     start, end = span.start_time_unix_nano, span.end_time_unix_nano
@@ -251,7 +261,7 @@ def _plain(value: Any, depth: int = 0) -> Any:
 
 def _int(attrs: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
-        value = _plain(attrs.get(key))
+        value = _plain(_get(attrs, key))
         if type(value) is int:
             return value
         if type(value) is float and value.is_integer():
@@ -268,7 +278,7 @@ def _params(attrs: Mapping[str, Any]) -> dict[str, Any]:
             if name in invocation:
                 params[name] = invocation[name]
     for key, name in _PARAMS.items():
-        value = _plain(attrs.get(key))
+        value = _plain(_get(attrs, key))
         if value is None:
             continue
         if name in _INT_PARAMS and type(value) is float and value.is_integer():
@@ -278,7 +288,7 @@ def _params(attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _json(attrs: Mapping[str, Any], key: str) -> Any:
-    value = attrs.get(key)
+    value = _get(attrs, key)
     if value is None:
         return None
     kind = value.WhichOneof("value")
@@ -378,8 +388,8 @@ def _indexed(attrs: Mapping[str, Any], prefix: str, inner: str) -> list[dict[str
     n = 0
     while True:
         head = prefix.format(n) + inner
-        role = _plain(attrs.get(head + "role"))
-        content = _plain(attrs.get(head + "content"))
+        role = _plain(_get(attrs, head + "role"))
+        content = _plain(_get(attrs, head + "content"))
         if role is None and content is None:
             return messages
         message: dict[str, Any] = {"role": role if isinstance(role, str) else "user",
@@ -387,15 +397,15 @@ def _indexed(attrs: Mapping[str, Any], prefix: str, inner: str) -> list[dict[str
                                    else encode(content).decode()}
         calls = []
         m = 0
-        while (name := _plain(attrs.get(f"{head}tool_calls.{m}.name"))) is not None:
-            arguments = _plain(attrs.get(f"{head}tool_calls.{m}.arguments"))
-            calls.append({"id": str(_plain(attrs.get(f"{head}tool_calls.{m}.id")) or ""), "type": "function",
+        while (name := _plain(_get(attrs, f"{head}tool_calls.{m}.name"))) is not None:
+            arguments = _plain(_get(attrs, f"{head}tool_calls.{m}.arguments"))
+            calls.append({"id": str(_plain(_get(attrs, f"{head}tool_calls.{m}.id")) or ""), "type": "function",
                           "function": {"name": str(name), "arguments": arguments if isinstance(arguments, str)
                                        else encode(arguments).decode()}})
             m += 1
         if calls:
             message["tool_calls"] = calls
-        call_id = _plain(attrs.get(head + "tool_call_id"))
+        call_id = _plain(_get(attrs, head + "tool_call_id"))
         if isinstance(call_id, str):
             message["tool_call_id"] = call_id
         messages.append(message)
@@ -405,7 +415,7 @@ def _indexed(attrs: Mapping[str, Any], prefix: str, inner: str) -> list[dict[str
 def _event_body(event_attrs: Mapping[str, Any]) -> dict[str, Any]:
     body = _json(event_attrs, "gen_ai.event.content")
     if body is None:
-        body = {key: _plain(value) for key, value in event_attrs.items()}
+        body = {key: _plain(kv.value) for key, kv in event_attrs.items()}
     if not isinstance(body, dict):
         raise _Unreadable("a GenAI event's body must be an object")
     return body
@@ -442,9 +452,9 @@ def _output(attrs: Mapping[str, Any], events: list[tuple[str, dict[str, Any]]]) 
             return text, finish if isinstance(finish, str) else None
         return None, None
     for head in ("gen_ai.completion.0.", "llm.output_messages.0.message."):
-        content = _plain(attrs.get(head + "content"))
+        content = _plain(_get(attrs, head + "content"))
         if content is not None or head + "role" in attrs:
-            finish = _plain(attrs.get(head + "finish_reason"))
+            finish = _plain(_get(attrs, head + "finish_reason"))
             return (content if isinstance(content, str) else None), (finish if isinstance(finish, str) else None)
     for name, event_attrs in events:
         if name == _CHOICE_EVENT:
