@@ -15,19 +15,20 @@ JSON errors. Its answers, as the OTLP/HTTP specification says:
 
 Spans are read by :mod:`sidecar.ingest.genai_spans` (sampling before content), then handed
 to intake's :func:`~sidecar.ingest.intake.offer` like any exchange: a span without content
-is counted ``skipped_redacted`` per trial, an unsampled one ``not_sampled``.
+is counted ``skipped_redacted`` per trial, an unsampled one ``not_sampled``; every span is
+counted by outcome in ``shadowtrial_otlp_spans_total``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
 from sidecar.config.otlp import OtlpConfig
-from sidecar.ingest.genai_spans import SPAN_OUTCOMES, read_spans
+from sidecar.ingest.genai_spans import read_spans
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.handoff import Handoff
@@ -51,22 +52,12 @@ class TapHooks:
     gateway: Gateway
     body: Callable[[web.Request], Awaitable["bytes | web.StreamResponse"]]
     malformed: Callable[[web.Request], None]
+    #: Spans by outcome (:data:`sidecar.telemetry.names.OTLP_SPAN_OUTCOMES`) into the process's counts.
+    spans: Callable[[web.Request, Mapping[str, int]], None]
     error: Callable[[int, str, str, "str | None"], web.Response]
 
 
-@dataclass(slots=True)
-class SpanCounts:
-    """Spans received by outcome since start (:data:`sidecar.ingest.genai_spans.SPAN_OUTCOMES`), and
-    spans refused for a team the gateway's credential does not cover."""
-
-    outcomes: Counter[str] = field(default_factory=Counter)
-    refused_team: int = 0
-
-    def reading(self) -> dict[str, int]:
-        return {**{name: self.outcomes[name] for name in SPAN_OUTCOMES}, "refused_team": self.refused_team}
-
-
-def traces_handler(hooks: TapHooks, settings: OtlpConfig, counts: SpanCounts) -> Callable[
+def traces_handler(hooks: TapHooks, settings: OtlpConfig) -> Callable[
         [web.Request], Awaitable[web.StreamResponse]]:
     """The ``POST /v1/traces`` handler."""
 
@@ -95,8 +86,7 @@ def traces_handler(hooks: TapHooks, settings: OtlpConfig, counts: SpanCounts) ->
         if batch.skeletons:  # not sampled by any trial, or without content: counted, never run
             skeletons = Screened(batch.skeletons, Counter())
             refused += offer(_Pinned(parts, routes, retention=False), skeletons, teams).refused
-        counts.outcomes.update(batch.outcomes)
-        counts.refused_team += refused
+        hooks.spans(request, {**batch.outcomes, "refused": refused} if refused else batch.outcomes)
         rejected = batch.rejected + refused
         reasons = list(batch.reasons.values())
         if refused:

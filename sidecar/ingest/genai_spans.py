@@ -46,7 +46,7 @@ from sidecar.ingest.screen import MAX_NESTING, Screened, screen_batch
 from sidecar.ingest.wire import DecodeError, Exchange, ExchangeRequest, ExchangeResponse, Usage, encode
 
 #: Outcomes of a span counted here (intake counts the rest per trial: not_sampled, skipped_redacted, ...).
-SPAN_OUTCOMES = ("exchange", "not_llm", "skipped_redacted", "no_team", "invalid")
+SPAN_OUTCOMES = ("exchange", "not_llm", "skipped_redacted", "unattributed", "invalid")
 
 _CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 #: OpenLLMetry writes chat / completion; LiteLLM's ``otel`` callback its call type (acompletion).
@@ -85,7 +85,7 @@ class SpanBatch:
 
     @property
     def rejected(self) -> int:
-        return self.outcomes["no_team"] + self.outcomes["invalid"]
+        return self.outcomes["unattributed"] + self.outcomes["invalid"]
 
     def reject(self, outcome: str, reason: str) -> None:
         self.outcomes[outcome] += 1
@@ -124,7 +124,7 @@ def _read_span(
     if team is None and settings.team_span_attribute:
         team = _string(attrs, settings.team_span_attribute)
     if not team:
-        out.reject("no_team", "no team: set the resource attribute "
+        out.reject("unattributed", "no team: set the resource attribute "
                    f"{settings.team_resource_attribute or '(otlp.team_resource_attribute)'} or send a gateway JWT "
                    "with one team")
         return

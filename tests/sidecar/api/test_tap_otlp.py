@@ -72,9 +72,15 @@ async def test_partial_success_counts_rejected_spans_and_warns_of_spans_without_
         no_team = export([span(0, semconv_chat(0)), span(1, semconv_chat(1))], resource={"service.name": "gw"})
         partial = response_of(await post(h, no_team.SerializeToString())).partial_success
         assert partial.rejected_spans == 2 and "no team" in partial.error_message
-        redacted = export([span(2, semconv_chat(2, content=False))])
+        redacted = export([span(2, semconv_chat(2, content=False)), span(3, {"http.route": "/x"}, name="GET /x")])
         partial = response_of(await post(h, redacted.SerializeToString())).partial_success
         assert partial.rejected_spans == 0 and "without message content" in partial.error_message
+        counters = h.runtime.counters
+        assert (counters["otlp_spans_unattributed"], counters["otlp_spans_skipped_redacted"],
+                counters["otlp_spans_not_llm"], counters["otlp_spans_exchange"]) == (2, 1, 1, 0)
+        assert h.admin
+        text = (await h.admin.get("/metrics")).text
+        assert 'shadowtrial_otlp_spans_total{outcome="unattributed"} 2' in text
 
 
 async def test_undecodable_bodies_are_400_and_unknown_media_types_415_in_the_json_error_shape(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def test_the_team_is_never_a_span_attribute_unless_the_operator_names_one() -> N
     attrs = semconv_chat(0, **{"shadowtrial.team": "victim", "team": "victim"})
     no_team = export([span(0, attrs)], resource={"service.name": "gw-1"})
     batch = read(no_team)
-    assert batch.outcomes == {"no_team": 1} and batch.rejected == 1 and "no team" in batch.reasons["no_team"]
+    assert batch.outcomes == {"unattributed": 1} and batch.rejected == 1 and "no team" in batch.reasons["unattributed"]
     # a single-team gateway JWT gives the team; the span's attributes still do not
     (ex,) = read(no_team, jwt_teams=frozenset({"team-a"})).exchanges
     assert ex.team == "team-a"
