@@ -114,3 +114,22 @@ async def test_the_tap_token_and_body_limit_hold_for_traces(tmp_path: Path) -> N
         bomb = gzip.compress(b"\0" * 100_000)
         r = await post(h, bomb, Authorization="Bearer s3cret-token", **{"Content-Encoding": "gzip"})
         assert r.status_code == 413
+
+
+async def test_a_single_team_gateway_jwt_gives_the_team_and_covers_only_its_teams(tmp_path: Path) -> None:
+    async with Harness(tmp_path, auth=True, tap_lines="gateway_jwt = true") as h:
+        trial = await h.create_trial(sample_rate=1.0, audit_share=0.0)
+        other = await h.create_trial(team="team-b", sample_rate=1.0)
+        gateway = {"Authorization": f"Bearer {h.token(subject='gw', roles=['gateway'], teams=['team-a'])}"}
+        # no resource team: the JWT's one team; a span attribute naming another is not read
+        bare = export([span(i, semconv_chat(i, **{"shadowtrial.team": "team-b"})) for i in range(2)],
+                      resource={"service.name": "gw"})
+        assert not response_of(await post(h, bare.SerializeToString(), **gateway)).HasField("partial_success")
+        # a resource team the JWT does not cover: rejected, counted, never matched
+        foreign = export([span(10, semconv_chat(10))], resource={"shadowtrial.team": "team-b"})
+        partial = response_of(await post(h, foreign.SerializeToString(), **gateway)).partial_success
+        assert partial.rejected_spans == 1 and "does not cover" in partial.error_message
+        view = await h.settle(trial["id"], 2)
+        assert view["funnel"]["outcomes"]["judged"] == 2
+        assert (await h.trial(other["id"]))["funnel"]["total"] == 0
+        assert h.runtime.counters["otlp_spans_refused"] == 1
