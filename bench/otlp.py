@@ -5,9 +5,9 @@ beside the JSON tap's CPU per exchange (``POST /v1/exchanges``) in the same run 
 
 One real sidecar in a child process (``bench/tap.py``'s ``run_sidecar``, the engine in its own
 process) runs a trial at rate 0 and one at ``--sample-rate`` (each its own team), its candidate
-and judge on a zero-latency fake provider in a third process; the phases post to one or the other. This process posts the same
-conversations both ways: ``bench/tap.py``'s ~1 KB exchanges as JSON arrays, and as OTLP
-protobuf export requests of GenAI chat spans carrying the same messages and answer in the
+and judge on a zero-latency fake provider in a third process; the phases post to one or the other.
+This process posts the same conversations both ways: ``bench/tap.py``'s ~1 KB exchanges as JSON
+arrays, and as OTLP protobuf export requests of GenAI chat spans carrying the same messages and answer in the
 current conventions' ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (what
 ``opentelemetry-instrumentation-openai-v2`` sends with content capture on), the team in the
 resource attribute ``shadowtrial.team``. Bodies are built before the clock starts.

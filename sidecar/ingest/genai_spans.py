@@ -3,8 +3,9 @@
 A span is an LLM chat call when it says so in one of the conventions in use:
 ``gen_ai.operation.name`` = ``chat`` / ``text_completion`` / ``generate_content`` (the
 OpenTelemetry GenAI semantic conventions), OpenLLMetry's ``llm.request.type`` = ``chat`` /
-``completion`` (LiteLLM's ``otel`` callback: ``acompletion``), or OpenInference's ``openinference.span.kind`` = ``LLM``. Any other span
-(an HTTP server span, an embeddings call, a tool) is counted ``not_llm`` and ignored.
+``completion`` (LiteLLM's ``otel`` callback: ``acompletion``), or OpenInference's
+``openinference.span.kind`` = ``LLM``. Any other span (an HTTP server span, an embeddings
+call, a tool) is counted ``not_llm`` and ignored.
 
 Each chat span becomes one :class:`~sidecar.ingest.wire.Exchange`, in two steps so that a
 stream of unsampled spans costs little (:func:`read_spans`):
@@ -242,7 +243,9 @@ def _full(span: Any, attrs: Mapping[str, Any], skeleton: Exchange) -> Exchange:
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
-    """An ``AnyValue`` as a Python value (None when absent or empty); raises :class:`_Unreadable` past the depth bound."""
+    """An ``AnyValue`` as a Python value (None when absent or empty).
+
+    Raises :class:`_Unreadable` past the depth bound."""
     if value is None:
         return None
     kind = value.WhichOneof("value")

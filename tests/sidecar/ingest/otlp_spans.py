@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue
@@ -28,7 +28,7 @@ def key_values(attrs: Mapping[str, Any]) -> list[KeyValue]:
     return [KeyValue(key=k, value=any_value(v)) for k, v in attrs.items()]
 
 
-def span(i: int, attrs: Mapping[str, Any], *, events: list[tuple[str, Mapping[str, Any]]] = (),  # type: ignore[assignment]
+def span(i: int, attrs: Mapping[str, Any], *, events: Sequence[tuple[str, Mapping[str, Any]]] = (),
          latency_ms: int = 250, name: str = "chat inc-model") -> Span:
     return Span(
         trace_id=(i + 1).to_bytes(16, "big"), span_id=(i + 1).to_bytes(8, "big"), name=name, kind=Span.SPAN_KIND_CLIENT,

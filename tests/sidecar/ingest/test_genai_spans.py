@@ -64,7 +64,8 @@ def test_each_other_convention_gives_the_same_request_and_answer(convention: str
 def test_tool_calls_and_tool_results_in_parts_become_openai_messages() -> None:
     messages = [
         {"role": "user", "parts": [{"type": "text", "content": "weather?"}]},
-        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "wx", "arguments": {"city": "Oslo"}}]},
+        {"role": "assistant",
+         "parts": [{"type": "tool_call", "id": "c1", "name": "wx", "arguments": {"city": "Oslo"}}]},
         {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "rain"}]},
     ]
     (ex,) = read(export([span(0, semconv_chat(0, **{"gen_ai.input.messages": json.dumps(messages)}))])).exchanges
