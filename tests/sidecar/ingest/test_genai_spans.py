@@ -131,3 +131,12 @@ def test_a_span_whose_content_cannot_be_used_is_rejected_alone(bad: dict[str, An
     assert batch.outcomes == {"invalid": 1, "exchange": 1} and batch.rejected == 1
     assert [ex.exchange_id[-1] for ex in batch.exchanges] == ["2"]
     assert "not json" not in batch.reasons["invalid"]
+
+
+def test_with_the_retention_window_on_every_span_is_read_whatever_the_sampling() -> None:
+    """The window keeps every exchange's content, so nothing can be left a skeleton but spans without content."""
+    zero = Routes([Route("t-0", "team-a", "inc-model", None, None, 0.0, "local")])
+    spans = [span(i, semconv_chat(i)) for i in range(5)] + [span(9, semconv_chat(9, content=False))]
+    batch = read_spans(export(spans), zero, SETTINGS, jwt_teams=None, decode_all=True)
+    assert [ex.request.messages[-1]["content"] for ex in batch.exchanges] == [f"question {i}" for i in range(5)]
+    assert [s.redacted for s in batch.skeletons] == [True]
