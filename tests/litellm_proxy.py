@@ -56,6 +56,15 @@ import pytest
 
 LITELLM_VERSION = "1.80.0"
 REQUIREMENT = f"litellm[proxy]=={LITELLM_VERSION}"
+#: What LiteLLM's ``otel`` callback needs to export over OTLP/HTTP (``litellm[proxy]`` brings only
+#: the API; the callback imports the gRPC exporter too, whichever it uses): installed with LiteLLM,
+#: and into an environment built before they were listed (:func:`ensure_otel_exporter`), so the
+#: marker and every other test's cached build stay valid.
+OTEL_REQUIREMENTS = (
+    "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http", "opentelemetry-exporter-otlp-proto-grpc",
+)
+_OTEL_PROBE = ("import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter, "
+               "opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
 VENV_ENV = "SHADOWTRIAL_LITELLM_VENV"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_SHIM = REPO_ROOT / "deploy" / "gateways" / "litellm" / "shadowtrial_callback.py"
@@ -148,7 +157,8 @@ def _build(target: Path, timeout_s: float) -> None:
     steps: list[tuple[str, list[str]]] = [
         ("create the virtual environment", [sys.executable, "-m", "venv", str(target)]),
         ("install " + REQUIREMENT,
-         [str(venv_python(target)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", REQUIREMENT]),
+         [str(venv_python(target)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", REQUIREMENT,
+          *OTEL_REQUIREMENTS]),
         # A smoke test of what the proxy needs, without importing litellm itself (which is slow).
         ("import the proxy's dependencies",
          [str(venv_python(target)), "-c",
@@ -179,6 +189,23 @@ def _build_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["PIP_NO_INPUT"] = "1"
     return env
+
+
+def ensure_otel_exporter(venv: Path, *, timeout_s: float = 300.0) -> None:
+    """Install :data:`OTEL_REQUIREMENTS` into a built environment that lacks them (under the
+    build's lock). Raises :class:`LiteLLMUnavailable` when pip cannot."""
+    probe = [str(venv_python(venv)), "-c", _OTEL_PROBE]
+    if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode == 0:
+        return
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode == 0:
+            return
+        done = subprocess.run(
+            [str(venv_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             *OTEL_REQUIREMENTS], capture_output=True, text=True, env=_build_env(), timeout=timeout_s)
+        if done.returncode != 0:
+            raise LiteLLMUnavailable(f"could not install {', '.join(OTEL_REQUIREMENTS)}:\n{done.stdout[-2000:]}")
 
 
 def litellm_or_skip() -> Path:

@@ -27,6 +27,9 @@ URL's ``team`` parameter (or a single-team gateway JWT's), never the payload's: 
 missing_team``/``invalid_parameter`` and ``403 forbidden`` name the parameter, ``400
 invalid_payload`` the path of the bad JSON.
 
+``POST /v1/traces`` takes OTLP/HTTP traces, protobuf or JSON, with the same credentials and
+limits: GenAI chat spans become exchanges (:mod:`sidecar.api.otlp_route`).
+
 Both routes read a gateway plugin's ``Shadowtrial-Plugin-Stats`` header, once the
 credential is accepted, into ``Runtime.plugin_stats`` (:mod:`sidecar.ingest.plugin_stats`).
 
@@ -49,6 +52,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from sidecar.api.listener import Listener, ListenerRunner, client_gone, describe
+from sidecar.api.otlp_route import TapHooks, traces_handler
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.verify import Verifier
 from sidecar.config import TapConfig
@@ -359,7 +363,23 @@ def tap_app(rt: Runtime) -> web.Application:
     app.router.add_post("/v1/exchanges", post_exchanges)
     app.router.add_post("/v1/integrations/litellm", post_litellm)
     app.router.add_get("/healthz", tap_healthz)
+    app.router.add_post("/v1/traces", traces_handler(_otlp_hooks(), rt.config.otlp))
     return app
+
+
+def _otlp_hooks() -> TapHooks:
+    """The OTLP receiver (sidecar.api.otlp_route) with this tap's credentials, body reader and errors."""
+    def ctx(request: web.Request) -> TapContext:
+        return request.app[TAP_CONTEXT]
+
+    return TapHooks(
+        intake=lambda r: ctx(r).intake,
+        gateway=lambda r: _gateway(r, ctx(r)),
+        body=lambda r: _body_or_refusal(r, ctx(r)),
+        malformed=lambda r: ctx(r).counters.tap_rejected("malformed"),
+        spans=lambda r, outcomes: ctx(r).counters.otlp_spans(outcomes),
+        error=lambda status, code, message, field: _error(status, code, message, field),
+    )
 
 
 def tap_runner(rt: Runtime) -> web.AppRunner:

@@ -21,6 +21,7 @@ from sidecar.config.sections import (
     ProviderConfig, RetentionConfig, SidecarConfig, StoreConfig, TapConfig, TeamConfig, TelemetryConfig,
     is_loopback,
 )
+from sidecar.config.otlp import OtlpConfig
 from sidecar.config.uplink import CollectorConfig, UplinkConfig
 from sidecar.config.secrets import Secrets, read_secrets, secret_names
 
@@ -33,6 +34,7 @@ class Config(Section, frozen=True):
     """
 
     tap: TapConfig = msgspec.field(default_factory=TapConfig)
+    otlp: OtlpConfig = msgspec.field(default_factory=OtlpConfig)
     admin: AdminConfig = msgspec.field(default_factory=AdminConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)

@@ -37,6 +37,12 @@ class TapCounters(Mapping[str, int]):
     litellm_webhook_skipped_shadow_call: int = 0
     litellm_webhook_skipped_incomplete: int = 0
     litellm_webhook_skipped_invalid: int = 0
+    otlp_spans_exchange: int = 0
+    otlp_spans_not_llm: int = 0
+    otlp_spans_skipped_redacted: int = 0
+    otlp_spans_unattributed: int = 0
+    otlp_spans_invalid: int = 0
+    otlp_spans_refused: int = 0
     retention_kept: int = 0
     retention_evicted_age: int = 0
     retention_evicted_count: int = 0
@@ -69,6 +75,11 @@ class TapCounters(Mapping[str, int]):
         """LiteLLM webhook entries not taken, by reason (``sidecar.integrations.slo.SKIP_REASONS``)."""
         for reason, n in skipped.items():
             self._add(f"litellm_webhook_skipped_{reason}", n)
+
+    def otlp_spans(self, outcomes: Mapping[str, int]) -> None:
+        """Spans of ``POST /v1/traces`` by outcome (``sidecar.telemetry.names.OTLP_SPAN_OUTCOMES``)."""
+        for outcome, n in outcomes.items():
+            self._add(f"otlp_spans_{outcome}", n)
 
     def _add(self, name: str, n: int) -> None:
         if name not in _NAMES:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
-from sidecar.ingest import plugin_stats
+from sidecar.ingest import genai_spans, plugin_stats
 from sidecar.integrations import slo
 from sidecar.store.records import OUTCOMES
 
@@ -99,6 +99,9 @@ TAP_FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
 PLUGIN_DROP_REASONS: tuple[str, ...] = plugin_stats.REASONS
 #: Why the LiteLLM webhook did not take an entry (sidecar.integrations.slo).
 WEBHOOK_SKIPS: tuple[str, ...] = slo.SKIP_REASONS
+#: What became of the spans ``POST /v1/traces`` received (sidecar.ingest.genai_spans), and
+#: ``refused``: a team the gateway's credential does not cover.
+OTLP_SPAN_OUTCOMES: tuple[str, ...] = (*genai_spans.SPAN_OUTCOMES, "refused")
 
 
 def finish_reason(value: str | None) -> str:
@@ -164,6 +167,7 @@ TAP_COUNTER_SERIES: tuple[str, ...] = (
     + tuple(f"tap_rejected_{r}" for r in TAP_REJECTED)
     + tuple(f"tap_figures_excluded_{f}" for f in TAP_FIGURES)
     + tuple(f"litellm_webhook_skipped_{r}" for r in WEBHOOK_SKIPS)
+    + tuple(f"otlp_spans_{o}" for o in OTLP_SPAN_OUTCOMES)
     + tuple(f"retention_{e}" for e in RETENTION_EVENTS)
     + tuple(f"compare_{r}" for r in COMPARE_RESULTS)
 )
@@ -202,6 +206,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("shadowtrial.litellm_webhook.skipped", "shadowtrial_litellm_webhook_skipped_total", "counter", "{entry}",
            "LiteLLM webhook entries not taken as exchanges, by reason.",
            _by("reason", ((r, f"litellm_webhook_skipped_{r}") for r in WEBHOOK_SKIPS))),
+    Metric("shadowtrial.otlp.spans", "shadowtrial_otlp_spans_total", "counter", "{span}",
+           "Spans the tap's OTLP receiver took, by outcome (exchange: a chat span handed to intake).",
+           _by("outcome", ((o, f"otlp_spans_{o}") for o in OTLP_SPAN_OUTCOMES))),
     Metric("shadowtrial.retention.exchanges", "shadowtrial_retention_exchanges_total", "counter", "{exchange}",
            "Exchanges offered to the retention window, by what became of them (evictions oldest first).",
            _by("outcome", ((e, f"retention_{e}") for e in RETENTION_EVENTS))),

@@ -30,6 +30,7 @@ FIGURES: dict[str, str] = {
     "engine_case.py": r"engine CPU per judged case -?\d+ µs",
     "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",
     "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",
+    "otlp.py": r"OTLP rate 0\.05: +\d+\.\d+ us/span",
     "provider_calls.py": r"estimated engine CPU per judged case",
     "store_sql.py": r"share of query statements defined once: \d+%",
     "tap.py": r"judged/s under flood / judged/s alone = ",
