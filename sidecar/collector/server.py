@@ -202,8 +202,10 @@ def corpus_context(config: Config, store: ControlPlaneStore) -> CorpusContext:
 def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Supervisor | None = None) -> CorpusRunner:
     """The runner of comparison groups, with the collector's providers, models and engine settings."""
     e = config.engine
-    settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
-                              items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
+    per_group = max(1, min(8, e.workers // 2))
+    # The pool runs several groups side by side, each at most ``per_group`` items at once.
+    settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds, items_in_flight=per_group,
+                              workers=max(per_group, 2 * e.workers), shadow_header=e.shadow_header)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),
                         resolve=resolver(config, price_book(config)), settings=settings, supervisor=supervisor)
 

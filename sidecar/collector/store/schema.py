@@ -68,6 +68,8 @@ SQLITE: tuple[Migration, ...] = (
     # 3: running comparison groups (issue 13, items 3-4): the group's spend ledger, its
     # invocation attempts and their scores
     Migration("comparison_runs", corpus_runs_schema.SQLITE),
+    # 4: a fleet of collectors shares a group's items by lease; a run's named error (issue 25)
+    Migration("comparison_item_leases", corpus_runs_schema.LEASES_SQLITE),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -76,6 +78,7 @@ POSTGRES: tuple[Migration, ...] = (
                                 REAL="DOUBLE PRECISION")),
     Migration("datasets", corpus_schema.POSTGRES),
     Migration("comparison_runs", corpus_runs_schema.POSTGRES),
+    Migration("comparison_item_leases", corpus_runs_schema.LEASES_POSTGRES),
 )
 
 
