@@ -48,6 +48,16 @@ class CollectedStore(Protocol):
         once with its ended outcome, so every stored exchange is counted once)."""
         ...
 
+    async def lease_exchanges(self, *, owner: str, now: float, lease_until: float, limit: int) -> list[bytes]:
+        """As :meth:`pending_exchanges` of running (or ended) control-plane trials, but leased to
+        ``owner`` until ``lease_until``: up to ``limit`` bodies not leased to another collector
+        (or whose lease ended before ``now``; ``owner``'s own are renewed), in turn by team —
+        each team's oldest, then each team's next — so one team's backlog does not hold back
+        another's exchanges. PostgreSQL skips rows another transaction holds (``FOR UPDATE SKIP
+        LOCKED``): collectors sharing the database split the exchanges. A lease only spreads the
+        work; the case ledger's claim still judges each (trial, exchange) once."""
+        ...
+
     async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
         """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
         their exchange yet, of trials this store holds that will not run them: paused, or pinned

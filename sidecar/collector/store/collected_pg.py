@@ -66,6 +66,28 @@ class PostgresCollected:
         )
         return [bytes(r["body"]) for r in rows]
 
+    async def lease_exchanges(self, *, owner: str, now: float, lease_until: float, limit: int) -> list[bytes]:
+        async def fn(conn: Conn) -> list[bytes]:
+            # The candidates in turn by team (each team's oldest first, then each team's next...),
+            # then locked: rows another collector is leasing right now are skipped.
+            rows = await conn.fetch(
+                "WITH candidates AS (SELECT r.seq, ROW_NUMBER() OVER (PARTITION BY r.team ORDER BY r.seq) AS turn "
+                "FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+                "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
+                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+                "AND (r.lease_until IS NULL OR r.lease_until < $2 OR r.lease_owner = $1) "
+                "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id)), "
+                "picked AS (SELECT seq, turn FROM candidates ORDER BY turn, seq LIMIT $4), "
+                "locked AS (SELECT r.seq FROM collected_records r WHERE r.seq IN (SELECT seq FROM picked) "
+                "AND (r.lease_until IS NULL OR r.lease_until < $2 OR r.lease_owner = $1) FOR UPDATE SKIP LOCKED) "
+                "UPDATE collected_records r SET lease_owner = $1, lease_until = $3 FROM picked "
+                "WHERE r.seq = picked.seq AND r.seq IN (SELECT seq FROM locked) "
+                "RETURNING r.body, picked.turn, r.seq", owner, now, lease_until, limit,
+            )
+            return [bytes(r["body"]) for r in sorted(rows, key=lambda r: (r["turn"], r["seq"]))]
+
+        return await self._tx(fn)
+
     async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
         rows = await self._open_pool().fetch(
             "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "
