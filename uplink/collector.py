@@ -8,7 +8,9 @@ the field; refuse ``exchange`` records of a team not listed in
 ``content_teams`` as ``content_not_permitted`` (``403`` when every record of
 the batch is such, the refused ids in the body); keep the rest once by id and
 answer ``200`` with an :class:`~uplink.schema.Ack` naming exactly the ids it
-now holds (stored now or before) and those it refused.
+now holds (stored now or before) and those it refused, and — with
+``CollectorSettings.halted`` — the trials of the batch's exchanges it no longer
+runs (``cap_reached``, stopped, paused), so the sender stops forwarding them.
 
 ``GET /v1/trials``: what it holds, per trial: the latest ``trial_state`` and
 the count of case results per team; for a trial it runs itself (pinned to the
@@ -24,7 +26,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import msgspec
 from aiohttp import web
@@ -59,6 +61,9 @@ class CollectorSettings:
     #: teams its caller sees (a predicate), or the refusal to answer. None: every team (a
     #: collector with no readers' authentication: loopback only).
     reader: Reader | None = None
+    #: Of these trial ids, those the collector no longer runs, with their status there
+    #: (:attr:`uplink.schema.Ack.trials`); None: the answer names none.
+    halted: Callable[[Sequence[str]], Awaitable[dict[str, str]]] | None = None
 
 
 VERIFIER: web.AppKey[Verifier] = web.AppKey("uplink_verifier", Verifier)
@@ -160,7 +165,11 @@ async def receive_batch(request: web.Request) -> web.Response:
                       "records", refused=refused)
     if keep:
         await request.app[STORE].put(keep)
-    ack = Ack(acked=[h.id for h in keep], refused=refused)
+    halted: dict[str, str] = {}
+    forwarded = sorted({r.trial_id for r in records if isinstance(r, ExchangeRecord)})
+    if forwarded and settings.halted is not None:
+        halted = await settings.halted(forwarded)
+    ack = Ack(acked=[h.id for h in keep], refused=refused, trials=halted)
     return web.Response(body=_json.encode(ack), content_type="application/json")
 
 

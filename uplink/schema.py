@@ -242,6 +242,11 @@ class Ack(msgspec.Struct, frozen=True, omit_defaults=True):
     acked: list[str]
     #: Ids refused for good, with the reason code (e.g. ``content_not_permitted``).
     refused: dict[str, str] = {}
+    #: Control-plane trials of the batch's ``exchange`` records that the collector no longer
+    #: runs, with their status there (``cap_reached``, ``stopped``, ``completed``,
+    #: ``posture_changed``, ...): the sender stops forwarding their exchanges (issue 25 item 5).
+    #: Added after version 1 with a default: an older sender ignores it.
+    trials: dict[str, str] = {}
 
 
 class _Head(msgspec.Struct, frozen=True):

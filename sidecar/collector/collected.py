@@ -101,6 +101,17 @@ class CollectedRecords:
             self.control_plane.wake()  # new exchanges to run, or a trial to run (again)
         return stored
 
+    async def halted(self, trial_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``trial_ids``, the copies this collector holds that no longer run — ended here
+        (``cap_reached``, ``stopped``) or paused — with their status: a batch's answer names them,
+        so its sidecar stops forwarding their exchanges (issue 25 item 5)."""
+        out: dict[str, str] = {}
+        for trial_id in trial_ids:
+            copy = await self.store.get_trial(trial_id)
+            if copy is not None and copy.status != "running":
+                out[trial_id] = copy.status
+        return out
+
     async def trials(self) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {str(r["trial_id"]): dict(r) for r in await self.store.collected_trials()}
         for record in await self.store.list_trials():

@@ -14,7 +14,9 @@ the delivery loop sends them with everything else, in outbox order.
 
 Funnel. A forwarded claim is counted nowhere here: its one funnel outcome is the collector's.
 A claim whose trial is no longer routed here when its turn comes (paused, stopped, or
-re-pinned since) is not forwarded and is counted ``shed_stopped``; one of a trial that is
+re-pinned since) is not forwarded and is counted ``shed_stopped``; one of a trial the collector
+says it no longer runs (:meth:`Forwarder.halt`, issue 25 item 5) is counted here with that
+outcome (``cap_reached``, else ``shed_stopped``); one of a trial that is
 not pinned to the control plane with retention on (the predicate makes that impossible; it
 is checked all the same, content must never leave for a trial whose posture forbids it) is
 counted ``not_at_site`` and logged. A store failure is retried with the batch after a pause;
@@ -87,6 +89,18 @@ class Forwarder:
         #: The batch :meth:`_run` holds until it is in the outbox (counted if the loop dies with it).
         self._holding: list[Claim] = []
         self._settled: set[int] = set()
+        #: Trials the collector no longer runs (its answers say so), with the outcome their
+        #: claims are counted instead of forwarded (:meth:`halt`).
+        self._halted: dict[str, str] = {}
+
+    def halt(self, trial_id: str, outcome: str) -> None:
+        """Forward no more of the trial's claims: each is counted ``outcome`` here instead
+        (``cap_reached`` when the collector reached the trial's cap, else ``shed_stopped``)."""
+        self._halted[trial_id] = outcome
+
+    @property
+    def halted(self) -> dict[str, str]:
+        return dict(self._halted)
 
     async def start(self) -> None:
         self.handoff.attach(asyncio.get_running_loop())
@@ -146,6 +160,10 @@ class Forwarder:
         out: list[tuple[str, OutboxRecord]] = []
         for claim in claims:
             route = routes.get(claim.trial_id)
+            halted = self._halted.get(claim.trial_id)
+            if halted is not None:  # ended or paused at the collector: not forwarded, counted here
+                self._drop(claim, halted)
+                continue
             if route is None:
                 self._drop(claim, "shed_stopped")
                 continue
