@@ -129,7 +129,8 @@ class Runtime:
         sinks: dict[str, Handoff[Claim]] = {SITE: self.handoff}
         if config.uplink.enabled:
             self.forwarder = Forwarder(self.store, self.routing, self.funnel, queue_size=config.tap.queue_size,
-                                       clock=clock, supervisor=self.supervisor)
+                                       clock=clock, supervisor=self.supervisor,
+                                       gateway=config.sidecar.gateway)
             sinks[FORWARDED_SITE] = self.forwarder.handoff
         self.sinks: Mapping[str, Handoff[Claim]] = sinks
         #: This process's own counts (the tap's, intake's, the retention window's, compare's).

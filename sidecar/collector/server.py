@@ -103,7 +103,7 @@ class CollectorServer:
             revocations = None if self.config is None else Revocations(self.config.auth.revoked_subjects_file)
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
                                          reader=None if self.config is None else readers(admin, revocations),
-                                         halted=self.records.halted)
+                                         halted=self.records.halted, content_posture=self.records.content_posture)
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             app.router.add_get("/readyz", self._readyz)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)

@@ -78,7 +78,7 @@ async def test_a_cap_reached_at_the_collector_stops_the_sidecars_forwarding_and_
 
 
 async def test_an_exchange_refused_at_the_collector_is_counted_at_the_sidecar(tmp_path: Path) -> None:
-    kit = UplinkKit(tmp_path, content_teams=())  # the collector's fence: no team may send content
+    kit = UplinkKit(tmp_path, content_teams=("team-b",))  # the collector's second fence leaves team-a out
     async with CollectorServer(kit.cfg) as server:
         (tmp_path / "sidecar").mkdir()
         async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, server.url), refresh_seconds=0.2) as h:

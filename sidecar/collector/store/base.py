@@ -41,6 +41,10 @@ class CollectedStore(Protocol):
         """The body of the trial's highest-revision ``trial_spec`` record, or None."""
         ...
 
+    async def latest_posture(self, team: str) -> bytes | None:
+        """The body of the team's highest-revision ``posture`` record (any sidecar's), or None."""
+        ...
+
     async def pending_exchanges(self, *, limit: int) -> list[bytes]:
         """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
         their exchange yet, of trials this store holds pinned to the control plane and not

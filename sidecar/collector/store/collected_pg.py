@@ -70,6 +70,13 @@ class PostgresCollected:
         )
         return None if body is None else bytes(body)
 
+    async def latest_posture(self, team: str) -> bytes | None:
+        body = await self._open_pool().fetchval(
+            "SELECT body FROM collected_records WHERE kind = 'posture' AND team = $1 "
+            "ORDER BY revision DESC, seq DESC LIMIT 1", team,
+        )
+        return None if body is None else bytes(body)
+
     async def pending_exchanges(self, *, limit: int) -> list[bytes]:
         rows = await self._open_pool().fetch(
             "SELECT r.body FROM collected_records r JOIN trials t ON t.id = r.trial_id "

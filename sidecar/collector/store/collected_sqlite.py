@@ -61,6 +61,16 @@ class SQLiteCollected:
 
         return await self._run(fn)
 
+    async def latest_posture(self, team: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT body FROM collected_records WHERE kind = 'posture' AND team = ? "
+                "ORDER BY revision DESC, seq DESC LIMIT 1", (team,),
+            ).fetchone()
+            return None if row is None else bytes(row["body"])
+
+        return await self._run(fn)
+
     async def pending_exchanges(self, *, limit: int) -> list[bytes]:
         def fn(conn: sqlite3.Connection) -> list[bytes]:
             rows = conn.execute(
