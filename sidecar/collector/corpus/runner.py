@@ -226,7 +226,11 @@ class CorpusRunner:
         while not self._stopping:
             self._wake.clear()
             try:
-                await self._store.expire_claims(now=self._clock())
+                # Our own leases first: after a stall of this process (a starved CPU), the pass
+                # must not retire the claims it holds itself before the refresher has run.
+                now = self._clock()
+                await self._store.refresh_claims(self.settings.owner, lease_until=now + self.settings.lease_s)
+                await self._store.expire_claims(now=now)
                 runnable = await self._store.runnable_comparisons()
                 ids = {c.id for c in runnable}
                 for gone in [cid for cid in self._groups if cid not in ids]:  # ended elsewhere (or by a peer)
