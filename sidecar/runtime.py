@@ -64,6 +64,7 @@ from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.counters import TapCounters
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials.create import TrialDefaults
+from sidecar.export.answers import ControlPlaneAnswers
 from sidecar.export.delivery import open_delivery
 from sidecar.export.case_results import uplink_case_result
 from sidecar.export.trial_states import StatePublisher
@@ -128,7 +129,8 @@ class Runtime:
         sinks: dict[str, Handoff[Claim]] = {SITE: self.handoff}
         if config.uplink.enabled:
             self.forwarder = Forwarder(self.store, self.routing, self.funnel, queue_size=config.tap.queue_size,
-                                       clock=clock, supervisor=self.supervisor)
+                                       clock=clock, supervisor=self.supervisor,
+                                       gateway=config.sidecar.gateway)
             sinks[FORWARDED_SITE] = self.forwarder.handoff
         self.sinks: Mapping[str, Handoff[Claim]] = sinks
         #: This process's own counts (the tap's, intake's, the retention window's, compare's).
@@ -252,7 +254,9 @@ class Runtime:
         await self.replays.resume()
         if self.config.uplink.enabled:
             try:
-                self.delivery = open_delivery(self.config.uplink, self.store)
+                # The collector's answers flow back: trials it no longer runs, exchanges it refused.
+                answers = ControlPlaneAnswers(self.store, self.forwarder, self.funnel, clock=self.clock)
+                self.delivery = open_delivery(self.config.uplink, self.store, on_answer=answers)
             except ValueError as exc:
                 await self.stop()
                 raise StartupError(f"uplink: {exc}") from exc

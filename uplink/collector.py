@@ -4,11 +4,15 @@
 EdDSA only, a known ``kid``, an allowed ``iss``, this collector's ``aud``,
 ``exp``) — else ``401``; gunzip within ``max_body_bytes`` — else ``413``;
 decode the batch (:func:`uplink.schema.decode_batch`) — else ``400`` naming
-the field; refuse ``exchange`` records of a team not listed in
-``content_teams`` as ``content_not_permitted`` (``403`` when every record of
+the field; refuse ``exchange`` records of a team whose live posture (the latest
+``posture`` record its sidecars sent, as in force at the record: the stored one,
+then the batch's own in batch order) does not send its trials here, or — with ``content_teams`` set, or no posture heard for the team —
+that is not listed there, as ``content_not_permitted`` (``403`` when every record of
 the batch is such, the refused ids in the body); keep the rest once by id and
 answer ``200`` with an :class:`~uplink.schema.Ack` naming exactly the ids it
-now holds (stored now or before) and those it refused.
+now holds (stored now or before) and those it refused, and — with
+``CollectorSettings.halted`` — the trials of the batch's exchanges it no longer
+runs (``cap_reached``, stopped, paused), so the sender stops forwarding them.
 
 ``GET /v1/trials``: what it holds, per trial: the latest ``trial_state`` and
 the count of case results per team; for a trial it runs itself (pinned to the
@@ -24,7 +28,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import msgspec
 from aiohttp import web
@@ -35,6 +39,7 @@ from uplink.schema import (
     CONTENT_KINDS,
     Ack,
     ExchangeRecord,
+    PostureRecord,
     SchemaError,
     TrialSpec,
     TrialState,
@@ -59,6 +64,14 @@ class CollectorSettings:
     #: teams its caller sees (a predicate), or the refusal to answer. None: every team (a
     #: collector with no readers' authentication: loopback only).
     reader: Reader | None = None
+    #: Of these trial ids, those the collector no longer runs, with their status there
+    #: (:attr:`uplink.schema.Ack.trials`); None: the answer names none.
+    halted: Callable[[Sequence[str]], Awaitable[dict[str, str]]] | None = None
+    #: A team's live content posture as stored, from the ``posture`` records its sidecars send:
+    #: (revision, content allowed), or None when none was heard (then ``content_teams`` alone
+    #: decides). With it, a team's content is taken only while its posture says so, and — when
+    #: ``content_teams`` is set — the team is listed there too (a second fence).
+    content_posture: Callable[[str], Awaitable[tuple[int, bool] | None]] | None = None
 
 
 VERIFIER: web.AppKey[Verifier] = web.AppKey("uplink_verifier", Verifier)
@@ -109,7 +122,7 @@ def _held(record: Any, sidecar_id: str, now: float) -> Held:
     kind = type(record).__struct_config__.tag
     team = getattr(record, "team", None)
     trial = getattr(record, "trial_id", None)
-    revision = record.revision if isinstance(record, (TrialState, TrialSpec)) else None
+    revision = record.revision if isinstance(record, (TrialState, TrialSpec, PostureRecord)) else None
     exchange = record.exchange_id if isinstance(record, ExchangeRecord) else None
     return Held(record.id, str(kind), sidecar_id, encode_record(record), now, team, trial, revision, exchange)
 
@@ -146,11 +159,20 @@ async def receive_batch(request: web.Request) -> web.Response:
     now = time.time()
     keep: list[Held] = []
     refused: dict[str, str] = {}
+    # The posture in force at each record: the stored one, then the batch's own posture records
+    # in batch order (a sidecar's outbox order), so an exchange forwarded before its team's
+    # posture changed is judged on the posture it was sent under.
+    live: dict[str, tuple[int, bool] | None] = {}
     for record in records:
-        if isinstance(record, ExchangeRecord) or (
+        if isinstance(record, PostureRecord):
+            current = await _live(settings, live, record.team)
+            if current is None or record.revision > current[0]:
+                live[record.team] = (record.revision, record.site == "control_plane")
+        elif isinstance(record, ExchangeRecord) or (
             not isinstance(record, UnknownRecord) and type(record).__struct_config__.tag in CONTENT_KINDS
         ):
-            if getattr(record, "team", None) not in settings.content_teams:
+            team = getattr(record, "team", None)
+            if not _content_allowed(settings, team, None if team is None else await _live(settings, live, team)):
                 refused[record.id] = "content_not_permitted"
                 continue
         keep.append(_held(record, batch.sidecar_id, now))
@@ -160,8 +182,30 @@ async def receive_batch(request: web.Request) -> web.Response:
                       "records", refused=refused)
     if keep:
         await request.app[STORE].put(keep)
-    ack = Ack(acked=[h.id for h in keep], refused=refused)
+    halted: dict[str, str] = {}
+    forwarded = sorted({r.trial_id for r in records if isinstance(r, ExchangeRecord)})
+    if forwarded and settings.halted is not None:
+        halted = await settings.halted(forwarded)
+    ack = Ack(acked=[h.id for h in keep], refused=refused, trials=halted)
     return web.Response(body=_json.encode(ack), content_type="application/json")
+
+
+async def _live(settings: CollectorSettings, live: dict[str, tuple[int, bool] | None],
+                team: str) -> tuple[int, bool] | None:
+    if team not in live:
+        live[team] = None if settings.content_posture is None else await settings.content_posture(team)
+    return live[team]
+
+
+def _content_allowed(settings: CollectorSettings, team: str | None, live: tuple[int, bool] | None) -> bool:
+    """The live posture first (see :attr:`CollectorSettings.content_posture`), the static list
+    as a second fence when set, or alone when no posture was heard for the team."""
+    if team is None:
+        return False
+    fenced = team in settings.content_teams
+    if live is None:
+        return fenced
+    return live[1] and (fenced or not settings.content_teams)
 
 
 async def list_trials(request: web.Request) -> web.Response:

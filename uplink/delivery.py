@@ -25,7 +25,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 import httpx
 import msgspec
@@ -93,9 +93,12 @@ class Delivery:
     def __init__(
         self, outbox: Outbox, settings: DeliverySettings, signer: Signer, *,
         transport: httpx.AsyncBaseTransport | None = None, clock: Callable[[], float] = time.time,
-        rng: random.Random | None = None,
+        rng: random.Random | None = None, on_answer: Callable[[Ack], Awaitable[None]] | None = None,
     ) -> None:
+        """``on_answer``: given each answer once its ids are deleted (what the collector refused,
+        the trials it no longer runs); a failure of it is logged, never retried."""
         self.outbox = outbox
+        self._on_answer = on_answer
         self.settings = settings
         self.signer = signer
         self.clock = clock
@@ -192,6 +195,11 @@ class Delivery:
         if done:
             self.stats.records_deleted += await self.outbox.delete_outbox(done)
         self.stats.batches_ok += 1
+        if self._on_answer is not None and (ack.refused or ack.trials):
+            try:
+                await self._on_answer(ack)
+            except Exception as exc:
+                log.warning("uplink: acting on the collector's answer failed (%s)", type(exc).__name__)
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         s = self.settings

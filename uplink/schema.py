@@ -210,10 +210,30 @@ class TrialSpec(_Record, frozen=True, tag="trial_spec"):
     started_by: str | None = None
 
 
-Record = CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec
+class PostureRecord(_Record, frozen=True, tag="posture"):
+    """A team's posture as one sidecar sees it (issue 25 item 5). Content-free.
+
+    Sent when it changes, from the sidecar's heartbeat: its gateway's content uplink, the
+    team's prompt retention, and the execution site the posture gives the team's trials
+    (``control_plane`` only when content uplink is on at every gateway of the team, retention
+    is on and the team is cut over). ``id`` is ``posture:<team>:<gateway>:<revision>``;
+    ``revision`` only grows (microseconds), so a collector reads the team's latest one: it
+    takes the team's exchanges (content) only while that says ``control_plane``.
+    """
+
+    team: str
+    gateway: str
+    revision: int
+    at: float
+    content_uplink: bool
+    prompt_retention: bool
+    site: str
+
+
+Record = CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec | PostureRecord
 
 #: The record kinds this version knows, by tag.
-KINDS: tuple[str, ...] = ("case_result", "trial_state", "alert", "exchange", "trial_spec")
+KINDS: tuple[str, ...] = ("case_result", "trial_state", "alert", "exchange", "trial_spec", "posture")
 #: Kinds that carry prompt or answer text.
 CONTENT_KINDS: frozenset[str] = frozenset({"exchange"})
 
@@ -242,6 +262,11 @@ class Ack(msgspec.Struct, frozen=True, omit_defaults=True):
     acked: list[str]
     #: Ids refused for good, with the reason code (e.g. ``content_not_permitted``).
     refused: dict[str, str] = {}
+    #: Control-plane trials of the batch's ``exchange`` records that the collector no longer
+    #: runs, with their status there (``cap_reached``, ``stopped``, ``completed``,
+    #: ``posture_changed``, ...): the sender stops forwarding their exchanges (issue 25 item 5).
+    #: Added after version 1 with a default: an older sender ignores it.
+    trials: dict[str, str] = {}
 
 
 class _Head(msgspec.Struct, frozen=True):

@@ -29,7 +29,7 @@ from sidecar.trials.fold import fold_trial
 from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.trials.spec import record_of
 from uplink.collector_store import Held
-from uplink.schema import TrialSpec
+from uplink.schema import PostureRecord, TrialSpec
 
 log = logging.getLogger("shadowtrial.collector")
 
@@ -37,6 +37,7 @@ log = logging.getLogger("shadowtrial.collector")
 _PAUSED = ("posture_changed", "starter_unauthorized")
 _ENDED = ("stopped", "cap_reached")
 _spec = msgspec.json.Decoder(TrialSpec)
+_posture = msgspec.json.Decoder(PostureRecord)
 
 
 async def apply_spec(store: ControlPlaneStore, trial_id: str, *, now: float) -> str | None:
@@ -100,6 +101,31 @@ class CollectedRecords:
         if self.control_plane is not None and (specs or any(h.kind == "exchange" for h in records)):
             self.control_plane.wake()  # new exchanges to run, or a trial to run (again)
         return stored
+
+    async def content_posture(self, team: str) -> tuple[int, bool] | None:
+        """The team's live posture as stored: its latest ``posture`` record's (any sidecar's)
+        revision, and whether it lets the team's content reach the control plane (its trials
+        run here). None when no sidecar has sent one for it (the static ``content_teams``
+        alone decides then)."""
+        body = await self.store.latest_posture(team)
+        if body is None:
+            return None
+        try:
+            record = _posture.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return (0, False)  # unreadable: no content on its word
+        return (record.revision, record.site == "control_plane")
+
+    async def halted(self, trial_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``trial_ids``, the copies this collector holds that no longer run — ended here
+        (``cap_reached``, ``stopped``) or paused — with their status: a batch's answer names them,
+        so its sidecar stops forwarding their exchanges (issue 25 item 5)."""
+        out: dict[str, str] = {}
+        for trial_id in trial_ids:
+            copy = await self.store.get_trial(trial_id)
+            if copy is not None and copy.status != "running":
+                out[trial_id] = copy.status
+        return out
 
     async def trials(self) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {str(r["trial_id"]): dict(r) for r in await self.store.collected_trials()}

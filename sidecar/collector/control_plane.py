@@ -8,10 +8,12 @@ ledger, so the cap is the trial's cap, and ``claim_case`` deduplicates (trial, e
 a case is judged once however often its exchange is offered.
 
 No shedding for room here: the engine is driven from the *stored* records. One task offers the
-stored exchanges of running control-plane trials that have no case yet
-(:meth:`~sidecar.collector.store.base.CollectedStore.pending_exchanges`) as the engine's hand-off has
-room; it looks again when a batch is stored, when a case finishes, and every
-``POLL_S``.
+stored exchanges of running control-plane trials that have no case yet as the engine's hand-off
+has room, leased to this engine
+(:meth:`~sidecar.collector.store.base.CollectedStore.lease_exchanges`: in turn by team, so one
+team's backlog does not hold back another's; collectors sharing one PostgreSQL split them, and
+a dead collector's leases end and pass to the others); it looks again when a batch is stored,
+when a case finishes, and every ``POLL_S``.
 
 Every stored exchange gets exactly one outcome here (issue 21 item 8). One whose trial is
 paused, or re-pinned to another site by a resume, when the task comes to it — forwarded
@@ -123,6 +125,7 @@ class ControlPlane:
             supervisor=self.supervisor,
         )
         self._clock = clock
+        self._lease_s = config.engine.lease_seconds
         self._store: ControlPlaneStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -233,7 +236,10 @@ class ControlPlane:
         room = self.handoff.maxsize - self.handoff.depth
         if room <= 0:
             return 0
-        bodies = await self._store.pending_exchanges(limit=room + len(self._offered) + len(self._bad))
+        now = self._clock()
+        # Leased to this engine (a peer collector's engine leases others); ours renewed each pass.
+        bodies = await self._store.lease_exchanges(owner=self.engine.owner, now=now, lease_until=now + self._lease_s,
+                                                   limit=room + len(self._offered) + len(self._bad))
         pending = [((claim.trial_id, claim.exchange.exchange_id), claim) for claim in self._readable(bodies)]
         # What is no longer pending has its case now (claimed, run, or counted).
         self._offered &= {key for key, _ in pending}

@@ -107,7 +107,8 @@ class CollectorServer:
             admin = None if self.config is None else build_verifier(self.config.auth)
             revocations = None if self.config is None else Revocations(self.config.auth.revoked_subjects_file)
             settings = CollectorSettings(content_teams=frozenset(cfg.content_teams), max_body_bytes=cfg.max_body_bytes,
-                                         reader=None if self.config is None else readers(admin, revocations))
+                                         reader=None if self.config is None else readers(admin, revocations),
+                                         halted=self.records.halted, content_posture=self.records.content_posture)
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             app.router.add_get("/readyz", self._readyz)
             if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)
@@ -216,8 +217,10 @@ def corpus_context(config: Config, store: ControlPlaneStore) -> CorpusContext:
 def corpus_runner(config: Config, store: ControlPlaneStore, *, supervisor: Supervisor | None = None) -> CorpusRunner:
     """The runner of comparison groups, with the collector's providers, models and engine settings."""
     e = config.engine
-    settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds,
-                              items_in_flight=max(1, min(8, e.workers // 2)), shadow_header=e.shadow_header)
+    per_group = max(1, min(8, e.workers // 2))
+    # The pool runs several groups side by side, each at most ``per_group`` items at once.
+    settings = RunnerSettings(lease_s=e.lease_seconds, drain_s=e.drain_seconds, items_in_flight=per_group,
+                              workers=max(per_group, 2 * e.workers), shadow_header=e.shadow_header)
     book = price_book(config)
     revocations = Revocations(config.auth.revoked_subjects_file)  # a revoked starter's group stops (issue 24)
     return CorpusRunner(store=store, open_providers=lambda: open_providers(config),

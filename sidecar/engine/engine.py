@@ -146,6 +146,9 @@ class Engine:
         self.watermark = Watermark()
         #: This process in the fleet's case ledger.
         self.owner = f"{uuid.uuid4().hex[:12]}"
+        #: Per team, the posture last put in the outbox for the collector (content uplink,
+        #: retention, site): a record is sent only when it changes (and once per process life).
+        self._posture_sent: dict[str, tuple[bool, bool, str]] = {}
         self.in_flight = 0
         self.recovered: list[str] = []
         #: Cases judged here since each trial's last fold, and in all (see :meth:`fold`).
@@ -475,6 +478,7 @@ class Engine:
         paused = await report_and_pause(
             self._store, teams=[t for t, _ in s.posture_teams], gateway=s.gateway, content_uplink=s.content_uplink,
             now=self.clock(), stale_after_s=s.uplink_stale_seconds, default_retention=lambda team: retention[team],
+            sent=self._posture_sent if s.report_recovered else None,  # with an uplink: tell the collector
         )
         for trial_id in paused:
             log.warning("trial %s paused posture_changed: its team's posture moved", trial_id)

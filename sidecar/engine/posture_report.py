@@ -12,8 +12,9 @@ from typing import Callable, Sequence
 
 from policies.posture import Report, posture_site
 from sidecar.store.base import Store
-from sidecar.store.records import GatewayReport
+from sidecar.store.records import GatewayReport, OutboxRecord
 from sidecar.trials.spec import pause_effects
+from uplink.schema import PostureRecord, encode_record
 
 
 def reports_of(reports: Sequence[GatewayReport]) -> list[Report]:
@@ -28,11 +29,14 @@ def pause_reason(site: str, retention: bool) -> str:
 
 async def report_and_pause(
     store: Store, *, teams: Sequence[str], gateway: str, content_uplink: bool, now: float, stale_after_s: float,
-    default_retention: Callable[[str], bool],
+    default_retention: Callable[[str], bool], sent: dict[str, tuple[bool, bool, str]] | None = None,
 ) -> list[str]:
     """Report ``gateway``'s content uplink for each of ``teams`` at ``now``, then pause per team
     the running trials the posture now moves. ``default_retention(team)``: the config's
-    retention of a team with no stored posture. Returns the ids paused."""
+    retention of a team with no stored posture. With ``sent`` (the sidecar has an uplink: what
+    it last sent per team), a team whose posture differs from it gets a ``posture`` record in
+    the outbox for the collector (:class:`uplink.schema.PostureRecord`), and ``sent`` is updated.
+    Returns the ids paused."""
     paused: list[str] = []
     for team in teams:
         await store.report_uplink(team, gateway, content_uplink=content_uplink, now=now)
@@ -43,6 +47,12 @@ async def report_and_pause(
             reports_of(await store.gateway_reports(team)), prompt_retention=retention, cut_over=cut_over, now=now,
             stale_after_s=stale_after_s,
         )
+        if sent is not None and sent.get(team) != (content_uplink, retention, site):
+            record = PostureRecord(id=f"posture:{team}:{gateway}:{int(now * 1e6)}", team=team, gateway=gateway,
+                                   revision=int(now * 1e6), at=now, content_uplink=content_uplink,
+                                   prompt_retention=retention, site=site)
+            await store.enqueue_outbox([OutboxRecord(record.id, "posture", encode_record(record).decode())], now=now)
+            sent[team] = (content_uplink, retention, site)
         reason = pause_reason(site, retention)
         paused += await store.pause_mismatched(
             team, site=site, prompt_retention=retention, reason=reason, now=now,

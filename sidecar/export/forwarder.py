@@ -14,7 +14,9 @@ the delivery loop sends them with everything else, in outbox order.
 
 Funnel. A forwarded claim is counted nowhere here: its one funnel outcome is the collector's.
 A claim whose trial is no longer routed here when its turn comes (paused, stopped, or
-re-pinned since) is not forwarded and is counted ``shed_stopped``; one of a trial that is
+re-pinned since) is not forwarded and is counted ``shed_stopped``; one of a trial the collector
+says it no longer runs (:meth:`Forwarder.halt`, issue 25 item 5) is counted here with that
+outcome (``cap_reached``, else ``shed_stopped``); one of a trial that is
 not pinned to the control plane with retention on (the predicate makes that impossible; it
 is checked all the same, content must never leave for a trial whose posture forbids it) is
 counted ``not_at_site`` and logged. A store failure is retried with the batch after a pause;
@@ -42,7 +44,7 @@ from sidecar.redact import describe
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord
 from sidecar.supervise import UNTIL_DONE, Supervisor
-from uplink.schema import ExchangeRecord, encode_record
+from uplink.schema import ExchangeRecord, PostureRecord, encode_record
 
 log = logging.getLogger("shadowtrial.forwarder")
 
@@ -70,9 +72,11 @@ class Forwarder:
 
     def __init__(
         self, store: Store, routing: RoutingTable, funnel: FunnelCounter, *, queue_size: int,
-        clock: Callable[[], float], supervisor: Supervisor | None = None,
+        clock: Callable[[], float], supervisor: Supervisor | None = None, gateway: str = "",
     ) -> None:
+        """``gateway``: this sidecar's (``[sidecar] gateway``), named in the posture records."""
         self.handoff: Handoff[Claim] = Handoff(queue_size)
+        self._gateway = gateway
         self._supervisor = supervisor or Supervisor()
         self._store = store
         self._routing = routing
@@ -87,6 +91,18 @@ class Forwarder:
         #: The batch :meth:`_run` holds until it is in the outbox (counted if the loop dies with it).
         self._holding: list[Claim] = []
         self._settled: set[int] = set()
+        #: Trials the collector no longer runs (its answers say so), with the outcome their
+        #: claims are counted instead of forwarded (:meth:`halt`).
+        self._halted: dict[str, str] = {}
+
+    def halt(self, trial_id: str, outcome: str) -> None:
+        """Forward no more of the trial's claims: each is counted ``outcome`` here instead
+        (``cap_reached`` when the collector reached the trial's cap, else ``shed_stopped``)."""
+        self._halted[trial_id] = outcome
+
+    @property
+    def halted(self) -> dict[str, str]:
+        return dict(self._halted)
 
     async def start(self) -> None:
         self.handoff.attach(asyncio.get_running_loop())
@@ -123,7 +139,7 @@ class Forwarder:
                 return
             self._holding = claims
             taken = self._records(claims)
-            records = [r for _, r in taken]
+            records = self._postures(taken, claims) + [r for _, r in taken]
             while records:
                 try:
                     await self._store.enqueue_outbox(records, now=self._clock())
@@ -136,7 +152,7 @@ class Forwarder:
                               describe(exc))
                     await asyncio.sleep(RETRY_S)
                     continue
-                self.forwarded += len(records)
+                self.forwarded += len(taken)
                 break
             self.done_through = max(self.done_through, claims[-1].seq)  # the tap numbers them in hand-off order
 
@@ -146,6 +162,10 @@ class Forwarder:
         out: list[tuple[str, OutboxRecord]] = []
         for claim in claims:
             route = routes.get(claim.trial_id)
+            halted = self._halted.get(claim.trial_id)
+            if halted is not None:  # ended or paused at the collector: not forwarded, counted here
+                self._drop(claim, halted)
+                continue
             if route is None:
                 self._drop(claim, "shed_stopped")
                 continue
@@ -157,6 +177,24 @@ class Forwarder:
             record = exchange_record(claim)
             out.append((claim.trial_id, OutboxRecord(record_id=record.id, topic=TOPIC,
                                                      body=encode_record(record).decode())))
+        return out
+
+    def _postures(self, taken: list[tuple[str, OutboxRecord]], claims: list[Claim]) -> list[OutboxRecord]:
+        """Ahead of a batch's exchanges, in the same transaction, a ``posture`` record per team
+        saying the posture they are forwarded under (their trials are routed here as
+        control-plane trials with retention on: content uplink on at every gateway, retention
+        on, cut over). The collector takes a team's content on the word of its latest posture
+        record (issue 25 item 5), so an exchange never arrives ahead of the posture it was sent
+        under; the heartbeat's records say when the posture moves away."""
+        trials = {trial_id for trial_id, _ in taken}
+        teams = sorted({c.exchange.team for c in claims if c.trial_id in trials})
+        now = self._clock()
+        out = []
+        for team in teams:
+            record = PostureRecord(id=f"posture:{team}:{self._gateway}:{int(now * 1e6)}", team=team,
+                                   gateway=self._gateway, revision=int(now * 1e6), at=now, content_uplink=True,
+                                   prompt_retention=True, site=SITE)
+            out.append(OutboxRecord(record_id=record.id, topic="posture", body=encode_record(record).decode()))
         return out
 
     def _drop(self, claim: Claim, outcome: str) -> None:

@@ -27,6 +27,7 @@ BENCH = ROOT / "bench"
 #: Per benchmark, a pattern every run must print: the figure the benchmark exists for.
 FIGURES: dict[str, str] = {
     "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
+    "collector_capacity.py": r"one collector replica into PostgreSQL: [\d,]+ records/s",
     "engine_case.py": r"engine CPU per judged case -?\d+ µs",
     "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",
     "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",

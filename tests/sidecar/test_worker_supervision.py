@@ -413,7 +413,7 @@ async def test_the_outbox_forwarder_dying_counts_the_batch_it_held_and_runs_agai
             return fwd.forwarded == 1
 
         await wait_for(forwarded, timeout=10, what="the restarted forwarder's batch")
-        assert [r.record_id for r in await store.outbox()] == ["exchange:cp:ex-9"]
+        assert [r.record_id for r in await store.outbox()] == ["posture:team-a::5000000", "exchange:cp:ex-9"]
     finally:
         forwarder_module.exchange_record = original
         await fwd.stop(1.0)

@@ -5,11 +5,14 @@ collector's store)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sidecar.collector.store import ControlPlaneStore
 from sidecar.store import Store
 from uplink.collector_store import Held
+from tests.store.conftest import OpenStore
 from tests.store.factories import effect, start, trial
 
 
@@ -96,6 +99,30 @@ async def test_pending_exchanges_are_those_of_running_control_plane_trials_witho
     assert await store.pending_exchanges(limit=10) == [b"exchange:t1:x2"], "an ended trial's are counted once"
     assert await store.claim_case(start("c2", exchange_id="x2")) == "not_running"
     assert await store.pending_exchanges(limit=10) == []
+
+
+@pytest.mark.collector_store
+async def test_exchanges_are_leased_to_one_collector_in_turn_by_team(stores: OpenStore) -> None:
+    first = await stores()
+    await first.create_trial(trial("ta", team="a", execution_site="control_plane"))
+    await first.create_trial(trial("tb", team="b", execution_site="control_plane"))
+    await first.put_collected([_held(f"exchange:ta:x{i}", "exchange", trial_id="ta", exchange_id=f"x{i}")
+                               for i in range(6)])
+    await first.put_collected([Held(id=f"exchange:tb:x{i}", kind="exchange", sidecar_id="s1",
+                                    body=f"exchange:tb:x{i}".encode(), received_at=1.0, team="b", trial_id="tb",
+                                    exchange_id=f"x{i}") for i in range(2)])
+    assert await first.lease_exchanges(owner="A", now=1.0, lease_until=10.0, limit=4) == [
+        b"exchange:ta:x0", b"exchange:tb:x0", b"exchange:ta:x1", b"exchange:tb:x1"], "team b waits for no backlog"
+    second = await stores()
+    got = await asyncio.gather(first.lease_exchanges(owner="A", now=2.0, lease_until=10.0, limit=3),
+                               second.lease_exchanges(owner="B", now=2.0, lease_until=10.0, limit=3))
+    assert not set(got[0]) & set(got[1]), "an exchange is leased to one collector"
+    assert b"exchange:tb:x0" in got[0] and b"exchange:ta:x0" not in got[1], "A renews its own"
+    assert await second.lease_exchanges(owner="B", now=11.0, lease_until=20.0, limit=10) == [
+        b"exchange:ta:x0", b"exchange:tb:x0", b"exchange:ta:x1", b"exchange:tb:x1", b"exchange:ta:x2",
+        b"exchange:ta:x3", b"exchange:ta:x4", b"exchange:ta:x5"], "A's leases ended: B takes them"
+    assert await first.claim_case(start("c1", trial_id="ta", exchange_id="x0")) == "claimed"
+    assert b"exchange:ta:x0" not in await second.lease_exchanges(owner="B", now=12.0, lease_until=20.0, limit=10)
 
 
 @pytest.mark.collector_store

@@ -78,12 +78,40 @@ async def test_expired_claims_become_indeterminate_with_their_worst_case_held(st
     assert await store.expire_claims(now=45.0) == 2
     attempts = {a.item_id: a for a in await store.run_attempts("cg1")}
     assert attempts["i1"].status == "invocation_indeterminate" and attempts["i1"].cost_coverage == "unknown"
+    assert attempts["i1"].owner == "me", "an indeterminate claim names whose process held it"
     assert attempts["i2"].status == "claimed"
     assert (await store.run_scores("cg1"))[0].status == "invocation_indeterminate"
     run = await store.get_run("cg1")
     assert run is not None and (run.spent_micros, run.reserved_micros) == (300, 300)
     late = dataclasses.replace(attempt(1, 0), status="completed")
     assert not await store.finish_attempt(late, charge_micros=0, scores=[]), "a retired claim stays retired"
+
+
+async def test_items_are_leased_to_one_runner_at_a_time_until_the_lease_ends(stores: OpenStore) -> None:
+    first = await stores()
+    await group(first)
+    second = await stores()
+    granted = await asyncio.gather(first.lease_items("cg1", [0, 1, 2], owner="a", now=1.0, lease_until=10.0),
+                                   second.lease_items("cg1", [1, 2, 3], owner="b", now=1.0, lease_until=10.0))
+    assert sorted(granted[0] + granted[1]) == [0, 1, 2, 3], "each item to one runner"
+    assert await first.lease_items("cg1", granted[0], owner="a", now=2.0, lease_until=10.0) == granted[0], \
+        "a runner's own lease is its own"
+    await first.release_items("cg1", granted[0], owner="a")
+    assert await second.lease_items("cg1", [0, 1, 2, 3], owner="b", now=2.0, lease_until=10.0) == [0, 1, 2, 3]
+    assert await first.lease_items("cg1", [3], owner="a", now=5.0, lease_until=20.0) == []
+    await second.refresh_claims("b", lease_until=30.0)
+    assert await first.lease_items("cg1", [3], owner="a", now=25.0, lease_until=40.0) == [], "refreshed"
+    assert await first.lease_items("cg1", [3], owner="a", now=31.0, lease_until=40.0) == [3], "its lease ended"
+
+
+async def test_a_run_that_cannot_go_on_fails_with_its_named_error(store: ControlPlaneStore) -> None:
+    await group(store)
+    assert await store.fail_run("cg1", error="model_unavailable: arm 'b'", now=5.0)
+    assert not await store.fail_run("cg1", error="again", now=6.0), "only a runnable group fails"
+    assert (await store.get_comparison("cg1")).status == "failed"  # type: ignore[union-attr]
+    run = await store.get_run("cg1")
+    assert run is not None and (run.error, run.ended_at) == ("model_unavailable: arm 'b'", 5.0)
+    assert "cg1" not in {c.id for c in await store.runnable_comparisons()}
 
 
 async def test_a_linked_retry_is_queued_once_and_claimed_like_a_new_attempt(store: ControlPlaneStore) -> None:

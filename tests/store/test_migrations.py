@@ -129,13 +129,13 @@ async def test_a_database_from_before_the_kept_states_opens_and_migrates(backend
 COLLECTOR_TABLES = frozenset({
     "collected_records", "datasets", "dataset_versions", "dataset_revisions", "dataset_items", "dataset_slices",
     "suites", "comparisons", "comparison_keys", "comparison_runs", "comparison_attempts", "comparison_scores",
-    "collector_schema_version",
+    "comparison_item_leases", "collector_schema_version",
     *("comparison_templates", "comparison_template_versions", "comparison_template_keys", "comparison_archive"),
 })
 #: The collector's tables of steps added after the wings' split (its migration 4 on): a database
 #: from before the split has none of them, and a collector opening it creates them.
 SINCE_SPLIT = frozenset({"comparison_templates", "comparison_template_versions", "comparison_template_keys",
-                         "comparison_archive"})
+                         "comparison_archive", "comparison_item_leases"})
 
 
 async def _tables(backend: Backend) -> set[str]:

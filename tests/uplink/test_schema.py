@@ -16,6 +16,7 @@ from uplink.schema import (
     CaseJudgment,
     CaseResult,
     ExchangeRecord,
+    PostureRecord,
     SchemaError,
     TrialSpec,
     TrialState,
@@ -51,7 +52,7 @@ def trial_spec(**over: object) -> TrialSpec:
     return TrialSpec(**fields)  # type: ignore[arg-type]
 
 
-def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec]:
+def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord | TrialSpec | PostureRecord]:
     return [
         case_result(),
         TrialState(id="trial:t1:3", trial_id="t1", team="payments", revision=3, status="running", at=1.0,
@@ -63,6 +64,8 @@ def every_kind() -> list[CaseResult | TrialState | AlertRecord | ExchangeRecord 
                        model="gpt-big", request={"messages": [{"role": "user", "content": "hi"}]},
                        response={"content": "hello"}),
         trial_spec(),
+        PostureRecord(id="posture:payments:gw:5", team="payments", gateway="gw", revision=5, at=3.0,
+                      content_uplink=True, prompt_retention=True, site="control_plane"),
     ]
 
 

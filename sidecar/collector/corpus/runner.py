@@ -1,11 +1,25 @@
-"""The runner of comparison groups (issue 13, items 3 and 4), in the control plane.
+"""The runner of comparison groups (issue 13, items 3 and 4; issue 25, items 3 and 4), in the control plane.
 
-:class:`CorpusRunner` runs every ``admitted`` or ``running`` group, oldest first, on the
-collector's event loop with the collector's store and provider clients. A started group's
-arms all launch together: for each item in dataset order the runner dispatches every
-repetition of every arm (corpus evidence: nobody ran those inputs, so *both* arms are
-called, at twice the cost), the arms' order rotating from item to item, then grades. Up to
-``items_in_flight`` items are in hand at once.
+:class:`CorpusRunner` runs every ``admitted`` or ``running`` group **side by side**: a driver
+looks at the runnable groups (on a wake, and every ``POLL_S``) and queues each item that still
+has work on a :class:`~sidecar.collector.corpus.fair.FairQueue`, and a bounded pool of
+``workers`` workers (each started through the Supervisor) takes items from it round-robin by
+team, then by group, a group holding at most ``items_in_flight`` items at once. Two teams'
+experiments and an A/B comparison (a two-arm group) so progress together, each within its own
+caps (items in hand; spend, on the group's ledger), and no group waits for another to end. For each item the runner dispatches every repetition of every arm (corpus
+evidence: nobody ran those inputs, so *both* arms are called, at twice the cost), the arms'
+order rotating from item to item, then grades.
+
+**A group that cannot run** — an arm's model, or a grading judge's, is not a configured alias,
+has no price, or its provider is not configured here — ends ``failed`` with its run's
+``error`` naming it (``model_unavailable: …``) the first time the runner looks at it: it is
+never retried on a timer.
+
+**A fleet of collectors.** Collectors sharing one PostgreSQL split a group's items by lease
+(:meth:`~sidecar.collector.store.base.CorpusRunStore.lease_items`, ``FOR UPDATE SKIP LOCKED``):
+a worker leases its item before any claim and gives it back when done; the lease refresher
+extends it with the claims. So two collectors never work one item at once, and the identity
+rules below keep every invocation to one call whatever the interleaving.
 
 **Each invocation** has a stable attempt identity (group, arm, item id, item revision id,
 repetition, attempt; :func:`sidecar.collector.store.corpus_run_records.attempt_id`) and is *claimed*
@@ -23,15 +37,16 @@ repetition, in an order drawn per pair (:func:`judge.order.presentation_order`),
 version checked against the pinned one (a mismatch is a grading error, never another
 version's score).
 
-**Crashes.** Claims carry the runner's ``owner`` and a lease it refreshes. After a hard
-crash nothing refreshes them: once a lease has ended, :meth:`expire_claims` makes the claim
-``invocation_indeterminate`` (identity kept, cost unknown, its reservation held as spent).
-An identity that has any attempt is never claimed again by the scheduler; only an explicit
+**Crashes.** Claims and item leases carry the runner's ``owner`` and a lease it refreshes.
+After a hard crash nothing refreshes them: once a lease has ended, :meth:`expire_claims`
+makes the claim ``invocation_indeterminate`` (identity kept, cost unknown, its reservation
+held as spent), and a peer may lease the item (it finds nothing left to call there). An
+identity that has any attempt is never claimed again by the scheduler; only an explicit
 linked retry (``POST /v1/comparisons/{id}/retry``) queues a new attempt, which the runner
 then runs. A graceful :meth:`stop` takes no new item and drains the items in hand within
-``drain_s`` — every item the runner took before the stop began, the one it was taking at
-that moment included (issue 21 item 11): their claimed invocations finish and are graded;
-what is still in hand at the deadline is made indeterminate at once.
+``drain_s`` — every item a worker took before the stop began, the one it was taking at
+that moment included (issue 21 item 11; that one claims nothing): their claimed invocations
+finish and are graded; what is still in hand at the deadline is made indeterminate at once.
 
 **Cancelled arms** (``POST /v1/comparisons/{id}/arms/{arm}/cancel``) are skipped from the
 next item on; their peers carry on.
@@ -49,8 +64,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Mapping
 
@@ -60,6 +77,7 @@ from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudge
 from judge.version import judge_version
 from policies.graders import absolute_judge_version
 from policies.money import Cost
+from sidecar.collector.corpus.fair import FairQueue
 from sidecar.collector.corpus.grading import absolute_rating, charge_of, judge_charge, plain_grade
 from sidecar.collector.corpus.items import Item
 from sidecar.collector.corpus.plan import (
@@ -88,16 +106,22 @@ log = logging.getLogger("shadowtrial.corpus.runner")
 POLL_S = 0.5
 #: The status of a group whose recorded starter lost the rights to run it.
 STARTER_UNAUTHORIZED = "starter_unauthorized"
+#: The metric kinds graded by a model (their judge must resolve for the group to run).
+JUDGED = ("paired_judge", "absolute_judge")
 
 Key = tuple[str, str, str, int]  # arm, item id, revision id, repetition
 
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
-    owner: str = field(default_factory=lambda: f"runner-{uuid.uuid4().hex[:12]}")
+    #: Names this process (its pid) in every claim and lease it holds.
+    owner: str = field(default_factory=lambda: f"runner-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     lease_s: float = 15.0
     drain_s: float = 10.0
+    #: Items of one group in hand at once (the group's own cap on this runner).
     items_in_flight: int = 4
+    #: The worker pool: items in hand at once across every group this runner runs.
+    workers: int = 8
     shadow_header: str = "X-Shadowtrial-Shadow"
 
 
@@ -108,6 +132,15 @@ class _GroupState:
     judged: set[tuple[str, str]]
     cancelled: set[str]
     cap_hit: bool = False
+    #: Item indexes queued or in hand in this runner.
+    local: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    state: _GroupState
+    index: int
+    item: Item
 
 
 class CorpusRunner:
@@ -132,22 +165,33 @@ class CorpusRunner:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._queue: FairQueue[_Unit] = FairQueue()
+        self._groups: dict[str, _GroupState] = {}
         self._in_hand: set[asyncio.Task[Any]] = set()
+        self._hand: dict[int, _Unit] = {}
+        self._busy: Counter[str] = Counter()
         #: Provider calls made (generations and judge calls), for tests and logs.
         self.calls = 0
         #: Passes over the runnable groups completed (a test waits on one).
         self.passes = 0
+        #: The most items in hand at once so far, and the groups they belonged to (tests, logs).
+        self.peak_in_hand = 0
+        self.peak_groups = 0
 
     async def start(self) -> None:
         self._providers = self._open_providers()
         self._wake = asyncio.Event()
         self._stopping = False
         await self._store.expire_claims(now=self._clock())
-        # Both restarted if they die: the driver reads runnable groups from the store again; the
-        # lease refresher must not stay dead, or a peer takes items still in hand here.
+        # All restarted if they die: the driver reads runnable groups from the store again; a
+        # worker takes the next item; the lease refresher must not stay dead, or a peer takes
+        # items still in hand here.
         sup = self._supervisor
         self._task = sup.task("corpus-runner", self._drive, RESTART, expected_end=lambda: self._stopping)
         self._refresher = sup.task("corpus-leases", self._refresh, RESTART)
+        self._workers = [sup.task(f"corpus-worker-{n}", self._work, RESTART, expected_end=lambda: self._stopping)
+                         for n in range(max(1, self.settings.workers))]
 
     def wake(self) -> None:
         if self._wake is not None:
@@ -161,21 +205,20 @@ class CorpusRunner:
     async def stop(self) -> None:
         """Take no new item; drain the items in hand within ``drain_s``; what is left is retired.
 
-        The drain waits for the driver as well as the items in hand: the driver takes no new
-        item once stopping and returns only when the items it took are done, so an item it was
-        taking as the stop began (created after a snapshot of the items in hand would have been
-        taken) is drained too, never cancelled with its invocations claimed."""
+        A worker marks its item in hand the moment it takes it from the queue, before any
+        read, so an item it was taking as the stop began is waited for too; it claims nothing
+        once the stop has begun, and is never cancelled with its invocations claimed."""
         self._stopping = True
         self.wake()
         waiting = {t for t in (self._task, *self._in_hand) if t is not None and not t.done()}
         if waiting:
             await asyncio.wait(waiting, timeout=self.settings.drain_s)
-        for t in (self._task, self._refresher, *self._in_hand):
-            if t is not None:
-                t.cancel()
-        await asyncio.gather(*(t for t in (self._task, self._refresher, *self._in_hand) if t is not None),
-                             return_exceptions=True)
+        tasks = [t for t in (self._task, self._refresher, *self._workers, *self._in_hand) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._task = self._refresher = None
+        self._workers = []
         try:  # a claim still in hand now has an unknown fate: retire it at once, not at its lease's end
             await self._store.refresh_claims(self.settings.owner, lease_until=0.0)
             await self._store.expire_claims(now=self._clock())
@@ -199,11 +242,19 @@ class CorpusRunner:
         while not self._stopping:
             self._wake.clear()
             try:
-                await self._store.expire_claims(now=self._clock())
-                for comparison in await self._store.runnable_comparisons():
+                # Our own leases first: after a stall of this process (a starved CPU), the pass
+                # must not retire the claims it holds itself before the refresher has run.
+                now = self._clock()
+                await self._store.refresh_claims(self.settings.owner, lease_until=now + self.settings.lease_s)
+                await self._store.expire_claims(now=now)
+                runnable = await self._store.runnable_comparisons()
+                ids = {c.id for c in runnable}
+                for gone in [cid for cid in self._groups if cid not in ids]:  # ended elsewhere (or by a peer)
+                    self._forget(gone)
+                for comparison in runnable:
                     if self._stopping:
                         break
-                    await self.run_group(comparison)
+                    await self.plan_group(comparison)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -214,7 +265,11 @@ class CorpusRunner:
             except asyncio.TimeoutError:
                 pass
 
-    # -- one group ---------------------------------------------------------------------
+    def _forget(self, comparison_id: str) -> None:
+        state = self._groups.pop(comparison_id, None)
+        if state is not None:
+            self._queue.drop_group(state.plan.comparison.team, comparison_id)
+            state.local.clear()
 
     async def _starter_may_run(self, comparison: ComparisonRecord) -> bool:
         """The starter's rights, checked again: when lost, the group ends ``starter_unauthorized``."""
@@ -225,57 +280,131 @@ class CorpusRunner:
             log.warning("group %s stopped: its starter may no longer run it (%s)", comparison.id, STARTER_UNAUTHORIZED)
         return False
 
-    async def run_group(self, comparison: ComparisonRecord) -> None:
-        if not await self._starter_may_run(comparison):
+    # -- the driver: one group -----------------------------------------------------------
+
+    async def plan_group(self, comparison: ComparisonRecord) -> None:
+        """Bring the group's state up to date from the store; end it when nothing is left (or it
+        cannot run); else queue each item with work that is not queued or in hand here."""
+        cid = comparison.id
+        if not await self._starter_may_run(comparison):  # no new item once the starter lost its rights
+            self._forget(cid)
             return
-        plan = await load_plan(self._store, comparison)
-        cap = int(json.loads(comparison.readiness).get("spend", {}).get("cap_micros") or 0)
-        run = await self._store.begin_run(comparison.id, cap_micros=cap, now=self._clock())
-        if run is None:
-            return
-        state = _GroupState(plan, {}, set(), set(json.loads(run.cancelled_arms)))
-        for a in await self._store.run_attempts(comparison.id):
-            key = (a.arm, a.item_id, a.revision_id, a.repetition)
-            if key not in state.latest or state.latest[key].attempt < a.attempt:
-                state.latest[key] = a
-        state.judged = {(s.attempt_id, s.metric) for s in await self._store.run_scores(comparison.id)}
-        slots = asyncio.Semaphore(self.settings.items_in_flight)
-        pending: list[asyncio.Task[None]] = []
-        for index, item in enumerate(plan.items):
-            if self._stopping:
-                break
-            if not self._has_work(state, item):
+        state = self._groups.get(cid)
+        if state is None:
+            plan = await load_plan(self._store, comparison)
+            cap = int(json.loads(comparison.readiness).get("spend", {}).get("cap_micros") or 0)
+            run = await self._store.begin_run(cid, cap_micros=cap, now=self._clock())
+            if run is None:
+                return
+            missing = self._unavailable(plan)
+            if missing is not None:
+                log.error("group %s cannot run: %s", cid, missing)
+                await self._store.fail_run(cid, error=f"model_unavailable: {missing}", now=self._clock())
+                return
+            state = _GroupState(plan, {}, set(), set(json.loads(run.cancelled_arms)))
+            self._groups[cid] = state
+        await self._reload(state)
+        if not state.local:
+            if await self._conclude(state):
+                self._forget(cid)
+                return
+            state.cap_hit = False  # what did not fit is tried once more with what the ledger holds now
+        for index, item in enumerate(state.plan.items):
+            if index not in state.local and self._has_work(state, item):
+                state.local.add(index)
+                self._queue.put(comparison.team, cid, _Unit(state, index, item))
+
+    def _unavailable(self, plan: GroupPlan) -> str | None:
+        """Why the group cannot run here (an arm's target or a judge's model), or None."""
+        for arm in plan.arms:
+            if arm.outputs is not None:
                 continue
-            await slots.acquire()
+            try:
+                target = self._arm_target(arm)
+            except LookupError as exc:
+                return f"arm {arm.name!r}: {exc}"
+            if not target.bounded:
+                return f"arm {arm.name!r}: {arm.model!r} has no list price and no declared ceiling"
+            if target.provider not in self._providers:
+                return f"arm {arm.name!r}: {arm.model!r}'s provider {target.provider!r} is not configured here"
+        for m in plan.metrics:
+            if m["kind"] not in JUDGED:
+                continue
+            what, model = f"metric {m['name']!r}", m["spec"]["model"]
+            try:
+                resolved = self._resolve(model)
+            except LookupError:
+                return f"{what}: model {model!r} is not a configured alias"
+            if resolved.price is None:
+                return f"{what}: model {model!r} has no list price"
+            if resolved.provider not in self._providers:
+                return f"{what}: model {model!r}'s provider {resolved.provider!r} is not configured here"
+        return None
+
+    async def _reload(self, state: _GroupState) -> None:
+        cid = state.plan.comparison.id
+        latest: dict[Key, AttemptRecord] = {}
+        for a in await self._store.run_attempts(cid):
+            key = (a.arm, a.item_id, a.revision_id, a.repetition)
+            if key not in latest or latest[key].attempt < a.attempt:
+                latest[key] = a
+        state.latest.update(latest)
+        state.judged |= {(s.attempt_id, s.metric) for s in await self._store.run_scores(cid)}
+
+    # -- the workers -----------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while not self._stopping:
+            unit = await self._queue.get(self._eligible)
             if self._stopping:
-                slots.release()
-                break
-            if not await self._starter_may_run(comparison):  # no new item once the starter lost its rights
-                slots.release()
-                break
-            fresh = await self._store.get_run(comparison.id)
-            if self._stopping:  # the stop began while this item was being taken: it claims nothing
-                slots.release()
-                break
-            if fresh is not None:
-                state.cancelled = set(json.loads(fresh.cancelled_arms))
-            task = asyncio.create_task(self._item_in_hand(state, index, item, slots))
+                unit.state.local.discard(unit.index)
+                return
+            self._busy[unit.state.plan.comparison.id] += 1
+            self._hand[id(unit)] = unit
+            task = asyncio.create_task(self._item_in_hand(unit))
             self._in_hand.add(task)
             task.add_done_callback(self._in_hand.discard)
-            pending.append(task)
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        if self._stopping or not self._authorized(comparison.created_by):
-            return
-        await self._conclude(state)
+            self.peak_in_hand = max(self.peak_in_hand, len(self._hand))
+            self.peak_groups = max(self.peak_groups, len({u.state.plan.comparison.id for u in self._hand.values()}))
+            await asyncio.shield(task)  # a stop drains it: only a cancelled worker leaves it alone
 
-    async def _item_in_hand(self, state: _GroupState, index: int, item: Item, slots: asyncio.Semaphore) -> None:
+    def _eligible(self, comparison_id: str) -> bool:
+        return self._busy[comparison_id] < max(1, self.settings.items_in_flight)
+
+    async def _item_in_hand(self, unit: _Unit) -> None:
+        state, cid, owner = unit.state, unit.state.plan.comparison.id, self.settings.owner
+        leased = False
         try:
-            await self.run_item(state, index, item)
+            fresh = await self._store.get_run(cid)
+            if self._stopping:  # the stop began while this item was being taken: it claims nothing
+                return
+            if not self._authorized(state.plan.comparison.created_by):  # the starter lost its rights: no new item
+                self.wake()
+                return
+            if fresh is not None:
+                state.cancelled = set(json.loads(fresh.cancelled_arms))
+            now = self._clock()
+            leased = bool(await self._store.lease_items(cid, [unit.index], owner=owner, now=now,
+                                                        lease_until=now + self.settings.lease_s))
+            if not leased or self._stopping:
+                return  # a peer has it in hand; the driver sees its outcome on a later pass
+            await self.run_item(state, unit.index, unit.item)
         except Exception:
-            log.exception("an item of group %s failed to run", state.plan.comparison.id)
+            log.exception("an item of group %s failed to run", cid)
         finally:
-            slots.release()
+            self._hand.pop(id(unit), None)
+            self._busy[cid] -= 1
+            if self._busy[cid] <= 0:
+                del self._busy[cid]
+            self._queue.poke()  # the group may take another item now
+            state.local.discard(unit.index)
+            if leased:
+                try:
+                    await self._store.release_items(cid, [unit.index], owner=owner)
+                except Exception as exc:  # its lease then ends on its own
+                    log.warning("giving back an item's lease failed (%s)", type(exc).__name__)
+            if not state.local:
+                self.wake()  # the group may be done
 
     def _has_work(self, state: _GroupState, item: Item) -> bool:
         plan = state.plan
@@ -288,28 +417,30 @@ class CorpusRunner:
                     return True
         return bool(self._pairs_to_judge(state, item))
 
-    async def _conclude(self, state: _GroupState) -> None:
+    async def _conclude(self, state: _GroupState) -> bool:
         """The group is completed when nothing is left to run or in hand anywhere; ``cap_reached``
-        when what is left does not fit the cap with nothing reserved."""
+        when what is left does not fit the cap with nothing reserved. True when it ended now."""
         cid = state.plan.comparison.id
         attempts = await self._store.run_attempts(cid)
         if any(a.status in ("claimed", "queued") for a in attempts):
-            return  # someone's claim, or a retry: later
+            return False  # someone's claim, or a retry: later
         if any(s.status == "pending" for s in await self._store.run_scores(cid)):
-            return
+            return False
         left = [item for item in state.plan.items if self._has_work(state, item)]
         if left:
+            if not state.cap_hit:
+                return False
             run = await self._store.get_run(cid)
             need = self._next_worst_case(state, left[0])
             # Only with nothing reserved, and when the next invocation's worst case does not fit what is left:
             # a claim refused while others held reservations is tried again on the next pass.
-            if state.cap_hit and run is not None and run.reserved_micros == 0 and need is not None \
+            if run is not None and run.reserved_micros == 0 and need is not None \
                     and run.spent_micros + need > run.cap_micros:
-                await self._store.set_comparison_status(cid, "cap_reached", allowed_from=("running",),
-                                                        now=self._clock(), final=True)
-            return
-        await self._store.set_comparison_status(cid, "completed", allowed_from=("running",), now=self._clock(),
-                                                final=True)
+                return await self._store.set_comparison_status(cid, "cap_reached", allowed_from=("running",),
+                                                               now=self._clock(), final=True)
+            return False
+        return await self._store.set_comparison_status(cid, "completed", allowed_from=("running",),
+                                                       now=self._clock(), final=True)
 
     def _next_worst_case(self, state: _GroupState, item: Item) -> int | None:
         """The worst case of the next invocation ``item`` needs (a generation, else a judgment)."""

@@ -112,6 +112,8 @@ def report(plan: GroupPlan, run: RunRecord | None, attempts: Sequence[AttemptRec
         "primary": [{"arm": r["arm"], "metric": r["metric"], "code": r["code"], "wording": r["wording"]}
                     for r in primary],
         "started_at": None if run is None else run.started_at, "ended_at": None if run is None else run.ended_at,
+        # Why a ``failed`` group could not go on (``model_unavailable: …``); None otherwise.
+        "error": None if run is None else run.error,
     }
 
 

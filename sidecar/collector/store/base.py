@@ -43,11 +43,25 @@ class CollectedStore(Protocol):
         """The body of the trial's highest-revision ``trial_spec`` record, or None."""
         ...
 
+    async def latest_posture(self, team: str) -> bytes | None:
+        """The body of the team's highest-revision ``posture`` record (any sidecar's), or None."""
+        ...
+
     async def pending_exchanges(self, *, limit: int) -> list[bytes]:
         """Up to ``limit`` bodies of ``exchange`` records, oldest first, with no case claimed for
         their exchange yet, of trials this store holds pinned to the control plane and not
         paused: running ones (their cases run), and ended ones (a claim records the case at
         once with its ended outcome, so every stored exchange is counted once)."""
+        ...
+
+    async def lease_exchanges(self, *, owner: str, now: float, lease_until: float, limit: int) -> list[bytes]:
+        """As :meth:`pending_exchanges` of running (or ended) control-plane trials, but leased to
+        ``owner`` until ``lease_until``: up to ``limit`` bodies not leased to another collector
+        (or whose lease ended before ``now``; ``owner``'s own are renewed), in turn by team —
+        each team's oldest, then each team's next — so one team's backlog does not hold back
+        another's exchanges. PostgreSQL skips rows another transaction holds (``FOR UPDATE SKIP
+        LOCKED``): collectors sharing the database split the exchanges. A lease only spreads the
+        work; the case ledger's claim still judges each (trial, exchange) once."""
         ...
 
     async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
@@ -192,12 +206,13 @@ class CorpusRunStore(Protocol):
         ...
 
     async def refresh_claims(self, owner: str, *, lease_until: float) -> None:
-        """Extend the lease of ``owner``'s claimed attempts and pending judgments."""
+        """Extend the lease of ``owner``'s claimed attempts, pending judgments and leased items."""
         ...
 
     async def expire_claims(self, *, now: float) -> int:
         """Claims whose lease ended before ``now`` become ``invocation_indeterminate``: cost
-        unknown, their reservation held as spent (their fate is unknown). How many."""
+        unknown, their reservation held as spent (their fate is unknown), ``owner`` kept (whose
+        process held it). How many."""
         ...
 
     async def queue_retry(self, attempt_id: str, *, new: Callable[[AttemptRecord], AttemptRecord]
@@ -205,6 +220,24 @@ class CorpusRunStore(Protocol):
         """An explicit linked retry of a ``failed`` or ``invocation_indeterminate`` attempt:
         ``queued`` (``new(original)`` inserted; a completed group runs again), ``existing``
         (it was retried already: that retry), ``missing``, ``not_retryable``, ``superseded``."""
+        ...
+
+    async def lease_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str, now: float,
+                          lease_until: float) -> list[int]:
+        """Take the group's items ``indexes`` (positions in its dataset order) by lease for
+        ``owner`` until ``lease_until``: those free, already ``owner``'s, or whose lease ended
+        before ``now``. PostgreSQL skips rows another transaction holds (``FOR UPDATE SKIP
+        LOCKED``), so collectors sharing the database split the items and never wait on each
+        other. The indexes granted, ascending. :meth:`refresh_claims` extends them."""
+        ...
+
+    async def release_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str) -> None:
+        """Give back ``owner``'s leases of those items (their work is done or given up)."""
+        ...
+
+    async def fail_run(self, comparison_id: str, *, error: str, now: float) -> bool:
+        """An ``admitted`` or ``running`` group ends ``failed`` with ``error`` on its run (the
+        run must exist: :meth:`begin_run` first). False when it was not runnable any more."""
         ...
 
     async def run_attempts(self, comparison_id: str) -> list[AttemptRecord]: ...

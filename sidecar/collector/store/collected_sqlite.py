@@ -61,6 +61,16 @@ class SQLiteCollected:
 
         return await self._run(fn)
 
+    async def latest_posture(self, team: str) -> bytes | None:
+        def fn(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT body FROM collected_records WHERE kind = 'posture' AND team = ? "
+                "ORDER BY revision DESC, seq DESC LIMIT 1", (team,),
+            ).fetchone()
+            return None if row is None else bytes(row["body"])
+
+        return await self._run(fn)
+
     async def pending_exchanges(self, *, limit: int) -> list[bytes]:
         def fn(conn: sqlite3.Connection) -> list[bytes]:
             rows = conn.execute(
@@ -73,6 +83,23 @@ class SQLiteCollected:
             return [bytes(r["body"]) for r in rows]
 
         return await self._run(fn)
+
+    async def lease_exchanges(self, *, owner: str, now: float, lease_until: float, limit: int) -> list[bytes]:
+        def fn(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT seq, body FROM (SELECT r.seq, r.body, ROW_NUMBER() OVER (PARTITION BY r.team ORDER BY r.seq) "
+                "AS turn FROM collected_records r JOIN trials t ON t.id = r.trial_id "
+                "WHERE r.kind = 'exchange' AND t.execution_site = 'control_plane' "
+                "AND t.status NOT IN ('posture_changed', 'starter_unauthorized') "
+                "AND (r.lease_until IS NULL OR r.lease_until < ? OR r.lease_owner = ?) "
+                "AND NOT EXISTS (SELECT 1 FROM cases c WHERE c.trial_id = r.trial_id AND c.exchange_id = r.exchange_id)) "
+                "ORDER BY turn, seq LIMIT ?", (now, owner, limit),
+            ).fetchall()
+            conn.executemany("UPDATE collected_records SET lease_owner = ?, lease_until = ? WHERE seq = ?",
+                             [(owner, lease_until, r["seq"]) for r in rows])
+            return [bytes(r["body"]) for r in rows]
+
+        return await self._write(fn)
 
     async def unrunnable_exchanges(self, *, limit: int) -> list[bytes]:
         def fn(conn: sqlite3.Connection) -> list[bytes]:

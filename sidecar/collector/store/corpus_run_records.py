@@ -36,7 +36,8 @@ def attempt_id(comparison_id: str, arm: str, item_id: str, revision_id: str, rep
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A group's run: its cap and ledger (``spent_micros`` settled, ``reserved_micros`` held),
-    the arms cancelled (JSON list), when it started and ended."""
+    the arms cancelled (JSON list), when it started and ended, and why it could not go on
+    (``error``: ``model_unavailable: …``; None for a run that ended on its own)."""
 
     comparison_id: str
     cap_micros: int
@@ -45,6 +46,7 @@ class RunRecord:
     cancelled_arms: str
     started_at: float
     ended_at: float | None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,6 +188,7 @@ class PostgresCorpusRuns:
                                lease_until, owner)
             await conn.execute("UPDATE comparison_scores SET lease_until=$1 WHERE owner=$2 AND status='pending'",
                                lease_until, owner)
+            await conn.execute("UPDATE comparison_item_leases SET lease_until=$1 WHERE owner=$2", lease_until, owner)
 
         await self._tx(fn)
 
@@ -197,14 +198,14 @@ class PostgresCorpusRuns:
             for row in await conn.fetch("SELECT id, comparison_id, reserved_micros FROM comparison_attempts "
                                         "WHERE status='claimed' AND lease_until < $1 FOR UPDATE SKIP LOCKED", now):
                 await _settle(conn, row["comparison_id"], row["reserved_micros"], row["reserved_micros"])
-                await conn.execute("UPDATE comparison_attempts SET status='invocation_indeterminate', owner=NULL, "
+                await conn.execute("UPDATE comparison_attempts SET status='invocation_indeterminate', "
                                    "lease_until=NULL, finished_at=$1, cost_micros=0, cost_coverage='unknown', "
                                    "error='claim_expired' WHERE id=$2", now, row["id"])
                 n += 1
             for row in await conn.fetch("SELECT attempt_id, metric, comparison_id, reserved_micros FROM comparison_scores "
                                         "WHERE status='pending' AND lease_until < $1 FOR UPDATE SKIP LOCKED", now):
                 await _settle(conn, row["comparison_id"], row["reserved_micros"], row["reserved_micros"])
-                await conn.execute("UPDATE comparison_scores SET status='invocation_indeterminate', owner=NULL, "
+                await conn.execute("UPDATE comparison_scores SET status='invocation_indeterminate', "
                                    "lease_until=NULL, cost_micros=0, cost_coverage='unknown' "
                                    "WHERE attempt_id=$1 AND metric=$2", row["attempt_id"], row["metric"])
                 n += 1
@@ -238,6 +239,38 @@ class PostgresCorpusRuns:
             await conn.execute("UPDATE comparison_runs SET ended_at=NULL WHERE comparison_id=$1",
                                original.comparison_id)
             return "queued", retry
+
+        return await self._tx(fn)
+
+    async def lease_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str, now: float,
+                          lease_until: float) -> list[int]:
+        async def fn(conn: Conn) -> list[int]:
+            wanted = sorted(set(indexes))
+            await conn.execute("INSERT INTO comparison_item_leases (comparison_id, item_index) "
+                               "SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING", comparison_id, wanted)
+            rows = await conn.fetch(
+                "UPDATE comparison_item_leases SET owner=$3, lease_until=$4 WHERE comparison_id=$1 AND item_index IN "
+                "(SELECT item_index FROM comparison_item_leases WHERE comparison_id=$1 AND item_index = ANY($2::bigint[]) "
+                "AND (owner IS NULL OR owner=$3 OR lease_until < $5) ORDER BY item_index FOR UPDATE SKIP LOCKED) "
+                "RETURNING item_index", comparison_id, wanted, owner, lease_until, now)
+            return sorted(int(r["item_index"]) for r in rows)
+
+        return await self._tx(fn)
+
+    async def release_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str) -> None:
+        await self._open_pool().execute(
+            "UPDATE comparison_item_leases SET owner=NULL, lease_until=0 WHERE comparison_id=$1 "
+            "AND item_index = ANY($2::bigint[]) AND owner=$3", comparison_id, sorted(set(indexes)), owner)
+
+    async def fail_run(self, comparison_id: str, *, error: str, now: float) -> bool:
+        async def fn(conn: Conn) -> bool:
+            moved = await conn.fetchval("UPDATE comparisons SET status='failed' WHERE id=$1 "
+                                        "AND status IN ('admitted', 'running') RETURNING 1", comparison_id)
+            if moved is None:
+                return False
+            await conn.execute("UPDATE comparison_runs SET ended_at=$1, error=$2 WHERE comparison_id=$3",
+                               now, error, comparison_id)
+            return True
 
         return await self._tx(fn)
 

@@ -62,3 +62,23 @@ CREATE INDEX comparison_scores_status ON comparison_scores (status, lease_until)
 
 SQLITE = _TABLES.format(C="", INT="INTEGER", REAL="REAL")
 POSTGRES = _TABLES.format(C=' COLLATE "C"', INT="BIGINT", REAL="DOUBLE PRECISION")
+
+# The collector's migration 4 (issue 25, items 3-4): collectors sharing one database take a
+# group's items by lease (one row per item taken, its owner and lease), so two runners never
+# work the same item at once; a run that cannot go on ends with a named ``error``; a
+# control-plane trial's stored exchanges are leased to one collector's engine at a time.
+_LEASES = """
+CREATE TABLE comparison_item_leases (
+    comparison_id TEXT{C} NOT NULL,
+    item_index {INT} NOT NULL,
+    owner TEXT,
+    lease_until {REAL} NOT NULL DEFAULT 0,
+    PRIMARY KEY (comparison_id, item_index)
+);
+ALTER TABLE comparison_runs ADD COLUMN error TEXT;
+ALTER TABLE collected_records ADD COLUMN lease_owner TEXT;
+ALTER TABLE collected_records ADD COLUMN lease_until {REAL};
+"""
+
+LEASES_SQLITE = _LEASES.format(C="", INT="INTEGER", REAL="REAL")
+LEASES_POSTGRES = _LEASES.format(C=' COLLATE "C"', INT="BIGINT", REAL="DOUBLE PRECISION")

@@ -181,6 +181,7 @@ class SQLiteCorpusRuns:
                          (lease_until, owner))
             conn.execute("UPDATE comparison_scores SET lease_until=? WHERE owner=? AND status='pending'",
                          (lease_until, owner))
+            conn.execute("UPDATE comparison_item_leases SET lease_until=? WHERE owner=?", (lease_until, owner))
 
         await self._write(fn)
 
@@ -190,14 +191,14 @@ class SQLiteCorpusRuns:
             for row in conn.execute("SELECT id, comparison_id, reserved_micros FROM comparison_attempts "
                                     "WHERE status='claimed' AND lease_until < ?", (now,)).fetchall():
                 _settle(conn, row["comparison_id"], row["reserved_micros"], row["reserved_micros"])
-                conn.execute("UPDATE comparison_attempts SET status='invocation_indeterminate', owner=NULL, "
+                conn.execute("UPDATE comparison_attempts SET status='invocation_indeterminate', "
                              "lease_until=NULL, finished_at=?, cost_micros=0, cost_coverage='unknown', "
                              "error='claim_expired' WHERE id=?", (now, row["id"]))
                 n += 1
             for row in conn.execute("SELECT attempt_id, metric, comparison_id, reserved_micros FROM comparison_scores "
                                     "WHERE status='pending' AND lease_until < ?", (now,)).fetchall():
                 _settle(conn, row["comparison_id"], row["reserved_micros"], row["reserved_micros"])
-                conn.execute("UPDATE comparison_scores SET status='invocation_indeterminate', owner=NULL, "
+                conn.execute("UPDATE comparison_scores SET status='invocation_indeterminate', "
                              "lease_until=NULL, cost_micros=0, cost_coverage='unknown' WHERE attempt_id=? AND metric=?",
                              (row["attempt_id"], row["metric"]))
                 n += 1
@@ -230,6 +231,42 @@ class SQLiteCorpusRuns:
                          (original.comparison_id,))
             conn.execute("UPDATE comparison_runs SET ended_at=NULL WHERE comparison_id=?", (original.comparison_id,))
             return "queued", retry
+
+        return await self._write(fn)
+
+    async def lease_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str, now: float,
+                          lease_until: float) -> list[int]:
+        def fn(conn: sqlite3.Connection) -> list[int]:
+            granted: list[int] = []
+            for index in sorted(set(indexes)):
+                conn.execute("INSERT OR IGNORE INTO comparison_item_leases (comparison_id, item_index) VALUES (?, ?)",
+                             (comparison_id, index))
+                cur = conn.execute("UPDATE comparison_item_leases SET owner=?, lease_until=? WHERE comparison_id=? "
+                                   "AND item_index=? AND (owner IS NULL OR owner=? OR lease_until < ?)",
+                                   (owner, lease_until, comparison_id, index, owner, now))
+                if cur.rowcount == 1:
+                    granted.append(index)
+            return granted
+
+        return await self._write(fn)
+
+    async def release_items(self, comparison_id: str, indexes: Sequence[int], *, owner: str) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            for index in sorted(set(indexes)):
+                conn.execute("UPDATE comparison_item_leases SET owner=NULL, lease_until=0 WHERE comparison_id=? "
+                             "AND item_index=? AND owner=?", (comparison_id, index, owner))
+
+        await self._write(fn)
+
+    async def fail_run(self, comparison_id: str, *, error: str, now: float) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("UPDATE comparisons SET status='failed' WHERE id=? AND status IN ('admitted', 'running')",
+                               (comparison_id,))
+            if cur.rowcount != 1:
+                return False
+            conn.execute("UPDATE comparison_runs SET ended_at=?, error=? WHERE comparison_id=?",
+                         (now, error, comparison_id))
+            return True
 
         return await self._write(fn)
 

@@ -70,6 +70,8 @@ SQLITE: tuple[Migration, ...] = (
     Migration("comparison_runs", corpus_runs_schema.SQLITE),
     # 4: comparison templates with versions and request keys, archived groups (issue 24)
     Migration("comparison_templates", templates_schema.SQLITE),
+    # 5: a fleet of collectors shares a group's items by lease; a run's named error (issue 25)
+    Migration("comparison_item_leases", corpus_runs_schema.LEASES_SQLITE),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -79,6 +81,7 @@ POSTGRES: tuple[Migration, ...] = (
     Migration("datasets", corpus_schema.POSTGRES),
     Migration("comparison_runs", corpus_runs_schema.POSTGRES),
     Migration("comparison_templates", templates_schema.POSTGRES),
+    Migration("comparison_item_leases", corpus_runs_schema.LEASES_POSTGRES),
 )
 
 

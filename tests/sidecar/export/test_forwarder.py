@@ -41,7 +41,9 @@ async def test_only_claims_of_routed_control_plane_trials_with_retention_are_for
             return fwd.forwarded + sum(fwd.dropped.values()) == 4
 
         await wait_for(done, what="the forwarder's batch")
-        [record] = await store.outbox()
+        stamp, record = await store.outbox()  # the posture they are forwarded under, ahead of them
+        assert {k: v for k, v in json.loads(stamp.body).items() if k in ("kind", "team", "site")} == {
+            "kind": "posture", "team": "team-a", "site": "control_plane"}
         body = json.loads(record.body)
         assert (record.record_id, body["kind"], body["trial_id"], body["exchange_id"]) == (
             "exchange:cp:ex-1", "exchange", "cp", "ex-1")
@@ -51,7 +53,7 @@ async def test_only_claims_of_routed_control_plane_trials_with_retention_are_for
         # The same claim again (a re-delivery of the exchange) keeps the first record.
         assert fwd.handoff.offer_many([_claim("cp", 1)]) == 1
         await wait_for(lambda: _forwarded(fwd, 2), what="the second batch")
-        assert len(await store.outbox()) == 1
+        assert len(await store.outbox()) == 2
     finally:
         await fwd.stop(1.0)
         await store.close()

@@ -26,12 +26,14 @@ def planted_models(baseline_q: float = 0.5, candidate_q: float = 0.8, **candidat
             JUDGE: FakeModel(judge=True)}
 
 
-def collector_toml(tmp: Path, base_url: str, *, lease_seconds: float = 15.0, workers: int = 8
-                   ) -> tuple[Path, AuthKit]:
-    """The collector's config (its provider: the fake at ``base_url``) and the key its admin tokens are signed with."""
+def collector_toml(tmp: Path, base_url: str, *, lease_seconds: float = 15.0, workers: int = 8,
+                   store_url: str = "") -> tuple[Path, AuthKit]:
+    """The collector's config (its provider: the fake at ``base_url``; its store the SQLite file
+    of :class:`UplinkKit`, or ``store_url``) and the key its admin tokens are signed with."""
     kit = UplinkKit(tmp)
     auth = AuthKit(tmp)
-    table = (f'[collector]\nlisten = "127.0.0.1:0"\ndb_path = "{kit.db}"\naudience = "{AUDIENCE}"\n'
+    where = f'store_url = "{store_url}"' if store_url else f'db_path = "{kit.db}"'
+    table = (f'[collector]\nlisten = "127.0.0.1:0"\n{where}\naudience = "{AUDIENCE}"\n'
              f'issuers = ["{ISSUER}"]\n[[collector.keys]]\nkid = "{KID}"\npath = "{kit.public}"\n')
     path = write_config(tmp, base_url, extra=table, db="collector-unused.db", auth=auth.toml(),
                         lease_seconds=lease_seconds, workers=workers)

@@ -1,0 +1,97 @@
+"""The control plane's word flows back (issue 25 item 5): a control-plane trial reaches
+``cap_reached`` at the collector; the next batch's answer names it, the sidecar takes the
+status and stops forwarding its exchanges, and its funnel counts what it stopped forwarding
+(``cap_reached``), so the two sites' funnels add up to what was sampled. An exchange the
+collector refuses (its team's content is not permitted there) gets its one outcome at the
+sidecar, ``not_at_site``, instead of vanishing from both."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sidecar.collector.server import CollectorServer
+from tests.harness import Harness, exchange, wait_for
+from tests.uplink.kit import UplinkKit
+from tests.uplink.test_control_plane_e2e import Collector, _cut_over, sidecar_toml
+
+
+async def test_a_cap_reached_at_the_collector_stops_the_sidecars_forwarding_and_its_funnel_counts_it(
+    tmp_path: Path,
+) -> None:
+    kit = UplinkKit(tmp_path, content_teams=("team-a",))
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        # Routing refreshed rarely: the forwarder's stop is what this test watches, not the tap's.
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url), refresh_seconds=60.0) as h:
+            assert h.admin and h.runtime.forwarder is not None
+            await _cut_over(h, True)
+            t = await h.create_trial(spend_cap_usd=0.02, audit_share=0.0)
+            tid = t["id"]
+            assert t["execution_site"] == "control_plane"
+
+            # 1. Forwarded and run at the collector until its cap is reached there.
+            assert (await h.send([exchange(i) for i in range(20)]))["sampled"] == 20
+            view: dict[str, Any] = {}
+
+            async def capped() -> bool:
+                view.update(await c.trial(tid) or {})
+                return view.get("status") == "cap_reached" and sum(view["funnel"].values()) == 20
+
+            await wait_for(capped, timeout=60, what="cap_reached at the collector, all 20 counted")
+            assert (await h.trial(tid))["status"] == "running", "the sidecar has not heard yet"
+
+            # 2. The next batch's answer names the trial: the sidecar takes the status.
+            assert (await h.send([exchange(i) for i in range(20, 25)]))["sampled"] == 5
+
+            async def heard() -> bool:
+                return bool((await h.trial(tid))["status"] == "cap_reached")
+
+            await wait_for(heard, what="the sidecar to take the collector's cap_reached")
+            assert h.runtime.forwarder.halted == {tid: "cap_reached"}
+
+            # 3. Sampled here still (the routing is not refreshed yet), forwarded no more: counted here.
+            forwarded = h.runtime.forwarder.forwarded
+            assert (await h.send([exchange(i) for i in range(25, 35)]))["sampled"] == 10
+            local: dict[str, Any] = {}
+
+            async def counted() -> bool:
+                local.update(await h.trial(tid))
+                return bool(local["funnel"]["outcomes"].get("cap_reached", 0) == 10)
+
+            await wait_for(counted, what="the sidecar's funnel to count what it stopped forwarding")
+            assert h.runtime.forwarder.forwarded == forwarded, "nothing forwarded after the answer"
+
+            async def all_at_collector() -> bool:
+                view.update(await c.trial(tid) or {})
+                return sum(view["funnel"].values()) == 25
+
+            await wait_for(all_at_collector, what="the 5 forwarded before the answer counted at the collector")
+    at_collector = Counter({k: n for k, n in view["funnel"].items() if n})
+    at_sidecar = Counter({k: n for k, n in local["funnel"]["outcomes"].items() if n})
+    print(f"\ncap reached at the control plane: collector funnel {dict(at_collector)}; sidecar funnel "
+          f"{dict(at_sidecar)} (stopped forwarding); {sum(at_collector.values()) + sum(at_sidecar.values())} "
+          "of 35 sampled")
+    assert at_collector["cap_reached"] >= 1 and at_sidecar == Counter({"cap_reached": 10})
+    assert sum(at_collector.values()) + sum(at_sidecar.values()) == 35, "both sites' funnels add up"
+
+
+async def test_an_exchange_refused_at_the_collector_is_counted_at_the_sidecar(tmp_path: Path) -> None:
+    kit = UplinkKit(tmp_path, content_teams=("team-b",))  # the collector's second fence leaves team-a out
+    async with CollectorServer(kit.cfg) as server:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, server.url), refresh_seconds=0.2) as h:
+            assert h.admin
+            await _cut_over(h, True)
+            tid = (await h.create_trial())["id"]
+            assert (await h.send([exchange(i) for i in range(6)]))["sampled"] == 6
+            local: dict[str, Any] = {}
+
+            async def counted() -> bool:
+                local.update(await h.trial(tid))
+                return bool(local["funnel"]["outcomes"].get("not_at_site", 0) == 6)
+
+            await wait_for(counted, what="the refused exchanges counted at the sidecar")
+    print(f"\nrefused at the collector: sidecar funnel {({k: n for k, n in local['funnel']['outcomes'].items() if n})}")
+    assert {k: n for k, n in local["funnel"]["outcomes"].items() if n} == {"not_at_site": 6}
