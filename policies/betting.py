@@ -58,6 +58,8 @@ from policies import confseq
 
 #: Truncation c of the bets: every factor stays >= 1 - c.
 TRUNCATION = 0.5
+#: Weight, in cases, of the prior guess 1/2 in the bets' running mean (1 in the paper).
+PRIOR_CASES = 1.0
 #: Grid of candidate means: every 1 / GRID_STEPS, plus the decision thresholds.
 GRID_STEPS = 100
 #: Methods a trial can decide on: the betting CS alone, or intersected with empirical Bernstein.
@@ -118,12 +120,12 @@ def advance(
     rows, t_len = y.shape
     idx = cap.t + np.arange(1, t_len + 1, dtype=np.float64)  # case numbers t + 1 .. t + T
     total = _accumulate(cap.total, y)  # sum through each case
-    mu_after = (0.5 + total) / (idx + 1.0)
+    mu_after = (0.5 * PRIOR_CASES + total) / (idx + PRIOR_CASES)
     spread = _accumulate(cap.spread, (y - mu_after) ** 2)
     # Predictable estimates: those after the previous case.
     prev_total = np.concatenate([cap.total[:, None], total[:, :-1]], axis=1)
     prev_spread = np.concatenate([cap.spread[:, None], spread[:, :-1]], axis=1)
-    mu_hat = (0.5 + prev_total) / idx
+    mu_hat = (0.5 * PRIOR_CASES + prev_total) / (idx - 1.0 + PRIOR_CASES)
     var_hat = (0.25 + prev_spread) / idx
     d = mu_hat[..., None] - m  # (R, T, G)
     lam = d / (var_hat[..., None] + d * d)
