@@ -124,3 +124,29 @@ def fold_cases(
     new = StreamState(cursor + len(take), betting.BettingState.of(capital), seq_state,
                       (float(lows[-1]), float(highs[-1])))
     return StreamFold(new, seq_state.decision, contradicted, len(take))
+
+
+def bounds_path(
+    cases: Sequence[tuple[int, float]], *, alpha: float, tolerance: float, min_cases: int, expected_cases: int,
+    points: int = 120,
+) -> list[tuple[int, float, float]]:
+    """The kept interval after each case of the stream (from the first), as ``(n, lower, upper)``
+    at up to ``points`` evenly spaced case counts, the last always included: what the trial
+    decided on, case by case (the decision chart)."""
+    n = len(cases)
+    if n == 0:
+        return []
+    y = (1.0 + np.asarray([score for _, score in cases], dtype=np.float64)) / 2.0
+    lows, highs, _ = betting.running_bounds(y, alpha=alpha, parity=0.5, tolerance=tolerance, method="betting")
+    picks = np.unique(np.linspace(0, n - 1, min(points, n)).round().astype(np.int64))
+    run_lo, run_hi = np.empty(n), np.empty(n)
+    cur_lo, cur_hi = 0.0, 1.0
+    for i in range(n):  # the running intersection of policies.sequence.fold; restarts are rare
+        lo, hi = float(lows[i]), float(highs[i])
+        if lo > hi:
+            lo = hi = (lo + hi) / 2.0
+        cur_lo, cur_hi = max(cur_lo, lo), min(cur_hi, hi)
+        if cur_lo > cur_hi:
+            cur_lo, cur_hi = lo, hi
+        run_lo[i], run_hi[i] = cur_lo, cur_hi
+    return [(int(i) + 1, float(run_lo[i]), float(run_hi[i])) for i in picks]

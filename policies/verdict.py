@@ -84,6 +84,7 @@ class Evaluation:
     sequence_state: SequenceState
     contradicted: bool
     interval_note: str | None
+    method: str = "empirical_bernstein"
 
 
 def sequence_bounds(counts: ScoreCounts, *, alpha: float, expected_cases: int) -> Interval:
@@ -165,6 +166,7 @@ def evaluate(
             small_sample=n < MIN_BOOTSTRAP_CASES, sequence=Interval(kept.lower, kept.upper), verdict=kept.decision,
             delta=delta, alpha=alpha, expected_cases=expected_cases, min_cases=min_cases, note=note,
             sequence_now=now, sequence_state=kept, contradicted=stream.contradicted, interval_note=interval_note,
+            method="betting",
         )
     seq_score = sequence_bounds(counts, alpha=alpha, expected_cases=expected_cases)
     now = Interval(win_rate(seq_score.lower), win_rate(seq_score.upper))

@@ -118,6 +118,18 @@ async def fold_trial(
     return Folded(ev, health, kept=False)
 
 
+def decides_by_betting(record: TrialRecord) -> bool:
+    """Whether the trial decides on the betting sequence: every trial but one whose kept state is
+    an empirical-Bernstein intersection from before issue 31 (see :func:`_fold_sequence`)."""
+    if record.sequence_state is None:
+        return True
+    try:
+        data = json.loads(record.sequence_state)
+    except ValueError:
+        return True
+    return not isinstance(data, dict) or is_stream_state(data)
+
+
 def slot_judgment(row: JudgmentRow) -> SlotJudgment:
     """A stored judgment in presentation terms (which slot held the candidate, which slot won)."""
     candidate_slot = "A" if row.order == "candidate_first" else "B"

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from policies import betting
-from policies.stream import StreamState, fold_cases
+from policies import betting, forecast
+from policies.stream import StreamState, bounds_path, fold_cases
 from tests.policies._sim import first_true, simulate_case_scores
 
 SETTINGS = dict(alpha=0.05, tolerance=0.05, min_cases=20, expected_cases=1000)
@@ -121,3 +121,23 @@ def test_every_factor_keeps_capital_positive_and_the_settings_are_checked() -> N
         betting.running_bounds(np.array([1.5]))
     with pytest.raises(ValueError):
         fold_cases(None, [(1, 2.0)], **SETTINGS)
+
+
+def test_the_forecast_reads_the_measured_table_by_margin() -> None:
+    assert forecast.cases_to_clear(0.10) == forecast.MEASURED[0.10]
+    assert forecast.cases_to_clear(0.04) is None and forecast.cases_to_clear(0.25) is None
+    mid = forecast.cases_to_clear(0.12)
+    assert mid is not None and forecast.MEASURED[0.15][0] < mid[0] < forecast.MEASURED[0.10][0]
+    rows = {f.win_rate: f for f in forecast.forecast(tolerance=0.05, min_cases=40, cost_per_case_micros=1000.0)}
+    assert rows[0.65].adoptable == (40, 65), "the floor holds a fast decision back"
+    assert rows[0.65].better == forecast.MEASURED[0.10] and rows[0.65].better_cost_micros == (145_000, 323_000)
+    assert rows[0.5].better is None
+
+
+def test_the_chart_path_is_the_kept_interval_case_by_case() -> None:
+    stream = _stream(np.random.default_rng(21), 90, 0.62)
+    path = bounds_path(stream, points=200, **SETTINGS)
+    assert [n for n, _, _ in path] == list(range(1, 91))
+    for n, lo, hi in path[::9]:
+        kept = fold_cases(None, stream[:n], **SETTINGS).state.sequence
+        assert kept is not None and (kept.lower, kept.upper) == (lo, hi)
