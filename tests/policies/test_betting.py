@@ -8,6 +8,7 @@ batches gives the same state bit for bit), and the grid rule. The big table (2,0
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from policies import betting, forecast
 from policies.stream import StreamState, bounds_path, fold_cases
 from tests.policies._sim import first_true, simulate_case_scores
 
-SETTINGS = dict(alpha=0.05, tolerance=0.05, min_cases=20, expected_cases=1000)
+SETTINGS: dict[str, Any] = dict(alpha=0.05, tolerance=0.05, min_cases=20, expected_cases=1000)
 
 
 def _stream(rng: np.random.Generator, n: int, win_rate: float) -> list[tuple[int, float]]:
