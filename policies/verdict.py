@@ -21,6 +21,7 @@ from policies.bootstrap import MIN_BOOTSTRAP_CASES, Interval, bootstrap_interval
 from policies.decision import VERDICT_CODES, VerdictCode, decide
 from policies.scores import ScoreCounts, aggregate
 from policies.sequence import SequenceState, fold
+from policies.stream import StreamFold
 
 __all__ = [
     "VERDICT_CODES",
@@ -83,6 +84,7 @@ class Evaluation:
     sequence_state: SequenceState
     contradicted: bool
     interval_note: str | None
+    method: str = "empirical_bernstein"
 
 
 def sequence_bounds(counts: ScoreCounts, *, alpha: float, expected_cases: int) -> Interval:
@@ -107,6 +109,7 @@ def evaluate(
     min_cases: int = 20,
     alpha: float = 0.05,
     prior: SequenceState | None = None,
+    stream: StreamFold | None = None,
 ) -> Evaluation:
     """Evaluate paired-judge evidence: case scores in [-1, 1] (sequence or ``{value: count}``).
 
@@ -135,6 +138,11 @@ def evaluate(
       the kept one), the evidence contradicts itself: the state restarts from
       this look's interval, any standing decision is withdrawn, ``restarts``
       grows, and the evaluation has ``contradicted=True`` and a note.
+
+    With ``stream`` (a trial deciding on the betting sequence, :mod:`policies.stream`), the
+    decision interval, verdict and kept state are those of the stream, folded case by case
+    in the store's scoring order, and ``prior`` is not used; the counts still give n, the
+    mean and the reported interval.
     """
     if not 0 < delta < 0.5:
         raise ValueError("delta must be in (0, 0.5)")
@@ -148,6 +156,18 @@ def evaluate(
     if boot is not None and boot.lower == boot.upper:
         boot, interval_note = None, NO_SPREAD
     reported = None if boot is None else Interval(win_rate(boot.lower), win_rate(boot.upper))
+    if stream is not None:
+        kept = stream.state.sequence or SequenceState(0, 0.0, 1.0, "inconclusive", None, 0, alpha, expected_cases,
+                                                      delta)
+        now = Interval(*stream.state.now)
+        note = CONTRADICTED if stream.contradicted else SMALL_SAMPLE if n < MIN_BOOTSTRAP_CASES else None
+        return Evaluation(
+            n=n, mean_score=mean, win_rate=None if mean is None else win_rate(mean), interval=reported,
+            small_sample=n < MIN_BOOTSTRAP_CASES, sequence=Interval(kept.lower, kept.upper), verdict=kept.decision,
+            delta=delta, alpha=alpha, expected_cases=expected_cases, min_cases=min_cases, note=note,
+            sequence_now=now, sequence_state=kept, contradicted=stream.contradicted, interval_note=interval_note,
+            method="betting",
+        )
     seq_score = sequence_bounds(counts, alpha=alpha, expected_cases=expected_cases)
     now = Interval(win_rate(seq_score.lower), win_rate(seq_score.upper))
     folded = fold(

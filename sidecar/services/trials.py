@@ -19,6 +19,7 @@ import hashlib
 from typing import Any
 
 from policies.posture import needs_pause
+from policies.stream import bounds_path as stream_bounds_path
 from policies.verdict import bounds_path
 from policies.roles import Principal
 from sidecar.services.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
@@ -31,6 +32,7 @@ from sidecar.services.replay import as_replay, is_replay
 from sidecar.store.records import TrialRecord
 from sidecar.trials.spec import pause_effects, spec_effects
 from sidecar.trials.create import TrialCreate, build_trial
+from sidecar.trials.fold import ALPHA, decides_by_betting
 
 
 def _missing(trial_id: str) -> str:
@@ -75,6 +77,10 @@ class TrialService:
         """The trial's decision bounds after each judged case, in the order the cases were
         claimed (:func:`policies.verdict.bounds_path`): content-free, for the decision chart."""
         record = (await self._read(principal, trial_id)).record
+        if decides_by_betting(record):  # the stream in scoring order, as the trial folded it (issue 31)
+            stream = await self._ctx.store.scores_after(trial_id, 0)
+            return stream_bounds_path(stream, alpha=ALPHA, tolerance=record.delta, min_cases=record.min_cases,
+                                      expected_cases=record.expected_cases)
         scores = [float(score) for c in await self._ctx.store.cases(trial_id)
                   if c.get("outcome") == "judged" and isinstance(score := c.get("score"), (int, float))]
         return bounds_path(scores, expected_cases=record.expected_cases)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from policies.forecast import forecast
 from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
@@ -86,9 +87,16 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
         "small_sample": ev.small_sample,
         "decision_bounds": _interval(ev.sequence),
         "decision_kind": (
+            "running intersection, kept with the trial, of an anytime-valid 95% betting confidence "
+            "sequence (Waudby-Smith and Ramdas 2024, hedged capital, aGRAPA bets) over every scored case "
+            "in scoring order; win-rate scale"
+            if ev.method == "betting" else
             "running intersection, kept with the trial, of an anytime-valid 95% empirical-Bernstein "
             "confidence sequence (Howard et al. 2021) over every look; win-rate scale"
         ),
+        "decision_method": ev.method,
+        "min_cases": ev.min_cases,
+        "forecast": forecast_view(r, ev),
         "decision_bounds_now": _interval(ev.sequence_now),
         "decided_at": ev.sequence_state.decided_at,
         "contradicted": ev.contradicted,
@@ -97,6 +105,23 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
         "tolerance": ev.delta,
         "note": ev.note,
     }
+
+
+def forecast_view(r: TrialRecord, ev: Evaluation) -> list[dict[str, Any]] | None:
+    """Expected cases, and cost at the spend so far per scored case, to *Adoptable* and to
+    ``candidate_better`` at a few true win rates (:mod:`policies.forecast`; betting trials only)."""
+    if ev.method != "betting":
+        return None
+    per_case = r.spent_micros / ev.n if ev.n else None
+
+    def pair(v: tuple[int, int] | None) -> dict[str, int] | None:
+        return None if v is None else {"median": v[0], "p90": v[1]}
+
+    return [
+        {"win_rate": f.win_rate, "adoptable_cases": pair(f.adoptable), "adoptable_cost_micros": pair(f.adoptable_cost_micros),
+         "candidate_better_cases": pair(f.better), "candidate_better_cost_micros": pair(f.better_cost_micros)}
+        for f in forecast(tolerance=ev.delta, min_cases=ev.min_cases, cost_per_case_micros=per_case)
+    ]
 
 
 async def evaluation(ctx: ViewContext, r: TrialRecord) -> Evaluation:

@@ -109,6 +109,12 @@ class TrialStore(Protocol):
         refused folds again from those); None for an unknown trial."""
         ...
 
+    async def scores_after(self, trial_id: str, after: int, limit: int = 100_000) -> list[tuple[int, float]]:
+        """Up to ``limit`` scored cases of the trial numbered after ``after`` in its scoring
+        sequence, as (number, score) in that order (issue 31: the betting fold's input). The
+        numbers are given in the transaction that scores a case, commit in order, and have no gaps."""
+        ...
+
 
 class CaseLedger(Protocol):
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:

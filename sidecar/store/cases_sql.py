@@ -38,6 +38,14 @@ FINISH = (
     "candidate_cost_coverage = ?, judge_cost_micros = ?, judge_cost_coverage = ?, candidate_latency_ms = ?, "
     "candidate_output_tokens = ?, score = ?, error = ?, finished_at = ?, bodies_json = ? WHERE id = ?"
 )
+#: A scored case takes the next number of its trial's scoring sequence (issue 31): the counter's
+#: row lock orders concurrent finishes, so numbers commit in order and without gaps.
+NEXT_SCORE_SEQ = "UPDATE trials SET scored_seq = scored_seq + 1 WHERE id = ?"
+SET_SCORE_SEQ = "UPDATE cases SET score_seq = (SELECT scored_seq FROM trials WHERE id = ?) WHERE id = ?"
+#: Scored cases after a scoring sequence number, in that order (the betting fold's input).
+SCORES_AFTER = (
+    "SELECT score_seq, score FROM cases WHERE trial_id = ? AND score_seq > ? ORDER BY score_seq LIMIT ?"
+)
 INSERT_LEDGER = "INSERT INTO spend_ledger (trial_id, case_id, kind, micros, at) VALUES (?, ?, ?, ?, ?)"
 INSERT_JUDGMENT = (
     "INSERT INTO judgments (id, case_id, trial_id, judge_version_id, presentation_order, is_audit, outcome, "

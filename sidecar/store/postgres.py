@@ -300,6 +300,9 @@ class PostgresStore(PostgresWatches, PostgresRetention):
                 await conn.execute(*pg(t.END_RUNNING, finish.trial_status, finish.trial_status_reason,
                                        finish.finished_at, finish.trial_id))
             await conn.execute(*pg(c.FINISH, *c.finish_args(finish)))
+            if finish.outcome == "judged" and finish.score is not None:
+                await conn.execute(*pg(c.NEXT_SCORE_SEQ, finish.trial_id))
+                await conn.execute(*pg(c.SET_SCORE_SEQ, finish.trial_id, finish.case_id))
             await conn.executemany(POSTGRES.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
             if finish.judgments:
                 await conn.executemany(POSTGRES.sql(c.INSERT_JUDGMENT), c.judgment_args(finish))
@@ -368,6 +371,10 @@ class PostgresStore(PostgresWatches, PostgresRetention):
 
     async def score_counts(self, trial_id: str) -> dict[float, int]:
         return await _score_counts(self._open_pool(), trial_id)
+
+    async def scores_after(self, trial_id: str, after: int, limit: int = 100_000) -> list[tuple[int, float]]:
+        rows = await self._open_pool().fetch(*pg(c.SCORES_AFTER, trial_id, after, limit))
+        return [(int(r["score_seq"]), float(r["score"])) for r in rows]
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """One REPEATABLE READ, read-only transaction: every figure from one snapshot."""

@@ -320,4 +320,19 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE watches ADD COLUMN judged_before INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE alerts ADD COLUMN period INTEGER NOT NULL DEFAULT 1;
     """,
+    # 15: the scoring sequence (issue 31): each scored case of a trial is numbered 1, 2, 3, ...
+    # in the transaction that scores it (trials.scored_seq is the counter), the order the
+    # betting confidence sequence folds cases in; cases scored before are numbered by
+    # (finished_at, id)
+    """
+    ALTER TABLE cases ADD COLUMN score_seq INTEGER;
+    ALTER TABLE trials ADD COLUMN scored_seq INTEGER NOT NULL DEFAULT 0;
+    UPDATE cases SET score_seq = o.r FROM (
+        SELECT id, ROW_NUMBER() OVER (PARTITION BY trial_id ORDER BY finished_at, id) AS r
+        FROM cases WHERE outcome = 'judged' AND score IS NOT NULL
+    ) AS o WHERE o.id = cases.id;
+    UPDATE trials SET scored_seq = (SELECT COUNT(*) FROM cases WHERE cases.trial_id = trials.id
+                                    AND cases.score_seq IS NOT NULL);
+    CREATE INDEX cases_trial_score_seq ON cases (trial_id, score_seq);
+    """,
 )

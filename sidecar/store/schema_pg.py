@@ -304,6 +304,18 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE watches ADD COLUMN judged_before BIGINT NOT NULL DEFAULT 0;
     ALTER TABLE alerts ADD COLUMN period BIGINT NOT NULL DEFAULT 1;
     """,
+    # 14: the scoring sequence (issue 31): SQLite's 15
+    """
+    ALTER TABLE cases ADD COLUMN score_seq BIGINT;
+    ALTER TABLE trials ADD COLUMN scored_seq BIGINT NOT NULL DEFAULT 0;
+    UPDATE cases SET score_seq = o.r FROM (
+        SELECT id, ROW_NUMBER() OVER (PARTITION BY trial_id ORDER BY finished_at, id) AS r
+        FROM cases WHERE outcome = 'judged' AND score IS NOT NULL
+    ) AS o WHERE o.id = cases.id;
+    UPDATE trials SET scored_seq = (SELECT COUNT(*) FROM cases WHERE cases.trial_id = trials.id
+                                    AND cases.score_seq IS NOT NULL);
+    CREATE INDEX cases_trial_score_seq ON cases (trial_id, score_seq);
+    """,
 )
 
 

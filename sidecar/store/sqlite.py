@@ -283,6 +283,9 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
                 conn.execute(*sq(t.END_RUNNING, finish.trial_status, finish.trial_status_reason, finish.finished_at,
                                  finish.trial_id))
             conn.execute(*sq(c.FINISH, *c.finish_args(finish)))
+            if finish.outcome == "judged" and finish.score is not None:
+                conn.execute(*sq(c.NEXT_SCORE_SEQ, finish.trial_id))
+                conn.execute(*sq(c.SET_SCORE_SEQ, finish.trial_id, finish.case_id))
             conn.executemany(SQLITE.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
             conn.executemany(SQLITE.sql(c.INSERT_JUDGMENT), c.judgment_args(finish))
             apply_effects(conn, finish)  # outbox records and watch steps
@@ -338,6 +341,10 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
 
     async def score_counts(self, trial_id: str) -> dict[float, int]:
         return await self._run(lambda conn: _score_counts(conn, trial_id))
+
+    async def scores_after(self, trial_id: str, after: int, limit: int = 100_000) -> list[tuple[int, float]]:
+        return await self._run(lambda conn: [(int(r["score_seq"]), float(r["score"]))
+                                             for r in conn.execute(*sq(c.SCORES_AFTER, trial_id, after, limit))])
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """A trial and its figures read together, so they agree with each other."""

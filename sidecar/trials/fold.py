@@ -39,11 +39,15 @@ from typing import Any
 from policies.bootstrap import bootstrap_identity
 from policies.judge_health import JudgeHealth, JudgeHealthState, SlotJudgment, judge_health
 from policies.sequence import SequenceState
+from policies.stream import StreamState, fold_cases, is_stream_state
 from policies.verdict import Evaluation, evaluate
 from sidecar.store.base import TrialStore
 from sidecar.store.records import JudgmentRow, KeptState, TrialRecord
 
 log = logging.getLogger("shadowtrial.fold")
+
+#: The error rate a trial's verdict is decided at (``evaluate``'s default).
+ALPHA = 0.05
 
 #: Refused saves in a row before a read gives up keeping its look (each refusal is another writer's progress).
 MAX_ATTEMPTS = 8
@@ -77,11 +81,10 @@ async def fold_trial(
     """
     slots = None if judgments is None else [slot_judgment(r) for r in judgments]
     seq_text, health_text = record.sequence_state, record.judge_health_state
-    ev = _evaluate(record, counts, seq_text)
+    ev, new_seq, new_n = await _fold_sequence(store, record, counts, seq_text)
     health = None if slots is None else _health(record, slots, health_text)
     for _ in range(MAX_ATTEMPTS):
-        new_seq = _text(ev.sequence_state.to_dict())
-        seq_write = None if new_seq == seq_text else KeptState(new_seq, ev.sequence_state.n, seq_text)
+        seq_write = None if new_seq == seq_text else KeptState(new_seq, new_n, seq_text)
         health_write = None
         if health is not None:
             new_health = _text(health.state.to_dict())
@@ -101,7 +104,7 @@ async def fold_trial(
             seq_text = after.sequence_state
             if seq_text != seq_write.text:
                 stuck |= seq_text == seq_write.folded_from
-                ev = _evaluate(record, counts, seq_text)
+                ev, new_seq, new_n = await _fold_sequence(store, record, counts, seq_text)
         if health_write is not None and slots is not None:
             health_text = after.judge_health_state
             if health_text != health_write.text:
@@ -113,6 +116,18 @@ async def fold_trial(
     log.warning("trial %s: the kept states changed under %d folds in a row; this look was not kept", record.id,
                 MAX_ATTEMPTS)
     return Folded(ev, health, kept=False)
+
+
+def decides_by_betting(record: TrialRecord) -> bool:
+    """Whether the trial decides on the betting sequence: every trial but one whose kept state is
+    an empirical-Bernstein intersection from before issue 31 (see :func:`_fold_sequence`)."""
+    if record.sequence_state is None:
+        return True
+    try:
+        data = json.loads(record.sequence_state)
+    except ValueError:
+        return True
+    return not isinstance(data, dict) or is_stream_state(data)
 
 
 def slot_judgment(row: JudgmentRow) -> SlotJudgment:
@@ -132,6 +147,47 @@ def slot_judgment(row: JudgmentRow) -> SlotJudgment:
         longer_won=row.longer_won,
         strong=row.strong,
     )
+
+
+async def _fold_sequence(
+    store: TrialStore, record: TrialRecord, counts: Mapping[float, int], stored: str | None
+) -> tuple[Evaluation, str, int]:
+    """The evaluation, the state text to keep and its count. A trial with no kept state, or one
+    kept by the betting fold, decides on the betting sequence: its scored cases after the kept
+    cursor are folded one by one in the store's scoring order (issue 31). A trial whose kept
+    state is an empirical-Bernstein intersection (kept before) goes on deciding on that."""
+    data = None
+    if stored is not None:
+        try:
+            data = json.loads(stored)
+        except ValueError as exc:
+            _unusable(record, "sequence", exc)
+    if isinstance(data, dict) and not is_stream_state(data):
+        ev = _evaluate(record, counts, stored)
+        return ev, _text(ev.sequence_state.to_dict()), ev.sequence_state.n
+    prior: StreamState | None = None
+    if data is not None:
+        try:
+            prior = StreamState.from_dict(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            _unusable(record, "sequence", exc)
+    cases = await store.scores_after(record.id, 0 if prior is None else prior.cursor)
+
+    def run(start: StreamState | None) -> tuple[Evaluation, StreamState]:
+        folded = fold_cases(start, cases, alpha=ALPHA, tolerance=record.delta, min_cases=record.min_cases,
+                            expected_cases=record.expected_cases)
+        ev = evaluate(counts, identity=bootstrap_identity(record.id, record.judge_version_id),
+                      expected_cases=record.expected_cases, delta=record.delta, min_cases=record.min_cases,
+                      alpha=ALPHA, stream=folded)
+        return ev, folded.state
+
+    try:
+        ev, state = run(prior)
+    except ValueError as exc:  # kept with other settings
+        _unusable(record, "sequence", exc)
+        cases = await store.scores_after(record.id, 0)
+        ev, state = run(None)
+    return ev, _text(state.to_dict()), state.cursor
 
 
 def _evaluate(record: TrialRecord, counts: Mapping[float, int], stored: str | None) -> Evaluation:

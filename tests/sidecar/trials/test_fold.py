@@ -4,6 +4,11 @@ Counts below are chosen with the policies: ``DECIDED`` reaches
 ``not_worse`` (Adoptable, issue 23) on its own; with one more loss (``ONE_MORE_LOSS``) the
 current interval alone reaches below 0.45 (-tolerance) again, so a read that evaluated from
 scratch would say ``inconclusive``.
+
+These trials keep an empirical-Bernstein state from before the betting sequence (issue 31), so
+they go on deciding on it from score counts: the compare-and-set machinery is the same for both.
+The betting fold, which reads the stored cases in scoring order, is tested in
+test_betting_fold.py.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from policies.verdict import evaluate
-from sidecar.trials.fold import fold_trial
+from sidecar.trials.fold import _text, fold_trial
 from sidecar.store.records import KeptState, TrialRecord
 from sidecar.store.sqlite import SQLiteStore
 from tests.store.factories import judgment, trial
@@ -34,10 +39,17 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     await s.close()
 
 
-async def _record(store: SQLiteStore, **kw: object) -> TrialRecord:
+async def _record(store: SQLiteStore, *, legacy: bool = True, **kw: object) -> TrialRecord:
+    """The trial, keeping an (empty) empirical-Bernstein state as a trial from before issue 31 does."""
     record = trial("t1", expected_cases=1000, min_cases=20, delta=0.05, **kw)
     await store.create_trial(record)
-    return record
+    if not legacy:
+        return record
+    empty = evaluate({}, identity="x", expected_cases=1000, delta=0.05, min_cases=20).sequence_state
+    await store.save_states("t1", sequence=KeptState(_text(empty.to_dict()), 0, None))
+    kept = await store.get_trial("t1")
+    assert kept is not None
+    return kept
 
 
 def test_the_counts_are_what_the_tests_need() -> None:
@@ -72,7 +84,7 @@ async def test_a_reader_that_read_before_another_save_keeps_the_others_decision(
     record = await _record(store)
     decided = await fold_trial(store, record, DECIDED)
     assert decided.evaluation.verdict == "not_worse"
-    late = await fold_trial(store, record, ONE_MORE_LOSS)  # ``record`` is stale: it has no state
+    late = await fold_trial(store, record, ONE_MORE_LOSS)  # ``record`` is stale: it has the empty state
     assert late.kept and late.evaluation.verdict == "not_worse"
     stored = await store.get_trial("t1")
     assert stored is not None and stored.sequence_state is not None
@@ -161,13 +173,14 @@ async def test_a_fold_refused_for_its_smaller_count_gives_up_at_once(
     store: SQLiteStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An unusable state that was kept over more cases than this look cannot be
-    replaced by it (the store never lowers a count); the read still answers."""
-    await _record(store)
+    replaced by it (the store never lowers a count); the read still answers (a state that is not
+    even JSON is replaced by a fresh betting fold, which has no stored case here)."""
+    await _record(store, legacy=False)
     await store.save_states("t1", sequence=KeptState("not json", 1000, None))
     stored = await store.get_trial("t1")
     assert stored is not None
     with caplog.at_level(logging.WARNING, logger="shadowtrial.fold"):
         folded = await fold_trial(store, stored, DECIDED)
-    assert not folded.kept and folded.evaluation.verdict == "not_worse"
+    assert not folded.kept and folded.evaluation.verdict == "inconclusive"
     assert "larger count" in caplog.text
     assert (await store.get_trial("t1")) == stored

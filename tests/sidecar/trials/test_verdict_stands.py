@@ -6,11 +6,11 @@ each exchange's incumbent answer carries 0.0 (the candidate wins), 1.0 (the
 incumbent wins) or 0.5 (a tie), so the deterministic fake judge gives exactly
 the counts below. No audits, so each case is one judgment.
 
-The counts are chosen with the policies (tests/sidecar/trials/test_fold.py checks
-them): 44 wins, 11 ties and 15 losses decide ``not_worse`` (Adoptable: not worse by more than
-the tolerance, issue 23); with one
-more loss, and with two, the interval of the current look alone reaches below 0.45 (-tolerance),
-so a read that evaluated from scratch would say *Collecting* again.
+The counts are chosen with the policies: 44 wins, 11 ties and 15 losses, in the order
+``mixed`` gives, decide ``not_worse`` (Adoptable: not worse by more than the tolerance, issue
+23) on the betting sequence the trial folds case by case (issue 31); after 13 more losses the
+interval of the last case alone reaches below 0.45 (-tolerance), so a fold that started from
+scratch at that case would say *Collecting* again.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from policies.verdict import evaluate
+from policies.stream import fold_cases
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
@@ -60,6 +60,17 @@ async def _stored_state(h: Harness, trial_id: str) -> dict[str, Any]:
     return state
 
 
+SCORE = {WIN: 1.0, TIE: 0.0, LOSS: -1.0}
+LOSSES = 13
+
+
+def _now_lower(outcomes: list[str]) -> float:
+    """The last case's own betting interval's lower bound, folding ``outcomes`` in order."""
+    folded = fold_cases(None, [(i, SCORE[q]) for i, q in enumerate(outcomes, 1)], alpha=0.05, tolerance=0.05,
+                        min_cases=20, expected_cases=1000)
+    return folded.state.now[0]
+
+
 async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp_path: Path) -> None:
     outcomes = mixed(44, 11, 15)
     async with Harness(tmp_path, models=models()) as h:
@@ -73,12 +84,12 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         decided_at = v["decided_at"]
         assert decided_at is not None and decided_at <= 70
 
-        # One more loss: on its own this look would be undecided again; the kept decision stands.
-        await h.send([planted(70, LOSS)])
-        view = await h.settle(tid, 71)
+        # 13 more losses: the last case's own interval reaches below -tolerance; the kept decision stands.
+        assert _now_lower(outcomes + [LOSS] * (LOSSES - 1)) >= 0.45 > _now_lower(outcomes + [LOSS] * LOSSES)
+        await h.send([planted(70 + k, LOSS) for k in range(LOSSES)])
+        view = await h.settle(tid, 70 + LOSSES)
         v = view["verdict"]
-        assert evaluate({1.0: 44, 0.0: 11, -1.0: 16}, identity="x").verdict == "inconclusive"
-        assert v["cases"] == 71 and v["mean_score"] == (44 - 16) / 71
+        assert v["cases"] == 83 and v["mean_score"] == (44 - 15 - LOSSES) / 83
         assert v["decision_bounds_now"]["lower"] < 0.45 < v["decision_bounds"]["lower"]
         assert (v["code"], v["wording"], v["decided_at"], v["contradicted"]) == (
             "not_worse", "Adoptable", decided_at, False
@@ -87,23 +98,24 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         listed = (await h.admin.get("/v1/trials")).json()["trials"]
         assert [(t["id"], t["verdict"]["code"]) for t in listed] == [(tid, "not_worse")]
         state = await _stored_state(h, tid)
-        assert (state["n"], state["decision"], state["decided_at"]) == (71, "not_worse", decided_at)
+        assert state["cursor"] == 83
+        assert (state["sequence"]["n"], state["sequence"]["decision"], state["sequence"]["decided_at"]) == (
+            83, "not_worse", decided_at)
         health = view["judge_health"]
-        assert health["decisive"] == 60 and health["state"]["decisive"] == 60  # 44 wins + 16 losses
+        assert health["decisive"] == 72 and health["state"]["decisive"] == 72  # 44 wins + 28 losses
         record = await h.runtime.store.get_trial(tid)
-        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 60
+        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 72
 
     # A restart of the sidecar on the same SQLite file: the kept intersection is read back.
     async with Harness(tmp_path, models=models()) as h:
         view = await h.trial(tid)
         v = view["verdict"]
-        assert (v["cases"], v["code"], v["decided_at"]) == (71, "not_worse", decided_at)
+        assert (v["cases"], v["code"], v["decided_at"]) == (83, "not_worse", decided_at)
 
-        await h.send([planted(71, LOSS)])
-        view = await h.settle(tid, 72)
+        await h.send([planted(83, LOSS)])
+        view = await h.settle(tid, 84)
         v = view["verdict"]
-        assert evaluate({1.0: 44, 0.0: 11, -1.0: 17}, identity="x").verdict == "inconclusive"
-        assert v["cases"] == 72 and v["decision_bounds_now"]["lower"] < 0.45
+        assert v["cases"] == 84 and v["decision_bounds_now"]["lower"] < 0.45
         assert (v["code"], v["wording"], v["decided_at"], v["restarts"]) == (
             "not_worse", "Adoptable", decided_at, 0
         )
@@ -111,7 +123,8 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         live = (await h.admin.get("/v1/live")).json()
         assert [t["verdict"]["code"] for t in live["running_trials"]] == ["not_worse"]
         state = await _stored_state(h, tid)
-        assert (state["n"], state["decision"], state["decided_at"]) == (72, "not_worse", decided_at)
+        assert (state["cursor"], state["sequence"]["decision"], state["sequence"]["decided_at"]) == (
+            84, "not_worse", decided_at)
 
 
 async def test_the_engine_keeps_the_verdict_state_though_nobody_reads_the_trial(tmp_path: Path) -> None:
@@ -124,7 +137,7 @@ async def test_the_engine_keeps_the_verdict_state_though_nobody_reads_the_trial(
 
         async def kept() -> bool:
             record = await h.runtime.store.get_trial(trial["id"])  # a store read: folds nothing itself
-            return record.sequence_state is not None and json.loads(record.sequence_state)["n"] == 25
+            return record.sequence_state is not None and json.loads(record.sequence_state)["cursor"] == 25
 
         await wait_for(kept, timeout=10, what="the engine to fold 25 judged cases", wake=h.runtime.progress)
         record = await h.runtime.store.get_trial(trial["id"])
