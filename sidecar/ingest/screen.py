@@ -28,7 +28,6 @@ Per field, on purpose:
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain
 from typing import Any, Callable, Iterable, NamedTuple
 
 import msgspec
@@ -74,7 +73,7 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> 
     """:func:`screen_batch` for a batch from :func:`~sidecar.ingest.wire.decode_body`: ``where(i)``
     is the path of the ``i``-th exchange, asked for only to name a refused field.
 
-    The tap's hot path: per exchange, a few comparisons and type checks that run in C. An
+    The tap's hot path: per exchange, a few comparisons and type checks. An
     exchange whose request holds an object or an array inside a message or a parameter, or
     a token parameter out of range, takes the full check (:func:`_check_request`), and one
     with a figure out of range :func:`_with_sane_figures`, so every refusal, its message and
@@ -82,24 +81,33 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> 
     value can reach)."""
     out = exchanges
     excluded: Counter[str] = Counter()
-    scalars_only = _SCALARS.issuperset
-    values = dict.values
-    flatten = chain.from_iterable
     for i, ex in enumerate(exchanges):
         request = ex.request
         params = request.params
+        plain = True
         if params:
             # bool is an int to Python, not a token count; a float is not a count either.
             max_tokens = params.get("max_tokens")
             max_completion = params.get("max_completion_tokens")
             plain = (
-                scalars_only(map(type, params.values()))
-                and (max_tokens is None or type(max_tokens) is int and 1 <= max_tokens <= MAX_TOKENS_PARAM)
+                (max_tokens is None or type(max_tokens) is int and 1 <= max_tokens <= MAX_TOKENS_PARAM)
                 and (max_completion is None or type(max_completion) is int and 1 <= max_completion <= MAX_TOKENS_PARAM)
             )
-        else:
-            plain = True
-        if not plain or not scalars_only(map(type, flatten(map(values, request.messages)))):
+            for value in params.values():
+                kind = type(value)
+                if kind is dict or kind is list:  # what the JSON decoder builds, exactly
+                    plain = False
+                    break
+        if plain:
+            for message in request.messages:
+                for value in message.values():
+                    kind = type(value)
+                    if kind is dict or kind is list:
+                        plain = False
+                        break
+                if not plain:
+                    break
+        if not plain:
             _check_request(ex, where(i))
         latency = ex.latency_ms
         usage = ex.response.usage
@@ -117,10 +125,6 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> 
             out = list(exchanges)  # the caller's list is left as it was
         out[i] = _with_sane_figures(ex, excluded)
     return Screened(out, excluded)
-
-
-#: The types of a JSON value that is neither an object nor an array, as the decoder builds them.
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _check_request(ex: Exchange, where: str) -> None:
