@@ -13,6 +13,9 @@ exchanges starves the engine (issue #6), in the same run.
   that matches every exchange at ``--sample-rate``. Its candidate and judge
   point at a :class:`sidecar.demo.fake_provider.FakeProvider` with zero latency, so
   the sampled share really is dispatched and judged while the tap ingests.
+- **floor** — the same handler, which also decodes each body into the tap's typed schema
+  (msgspec, :class:`sidecar.ingest.wire.Exchange`): the least any tap must do. The report
+  prints the tap's own process CPU per exchange against it (issue 29: at most 1.5x).
 - **tap r=0** (skip with ``--no-unsampled``) — the same sidecar with the
   trial's sample rate at 0: the ingest path alone (decode, match, sample),
   which separates the tap's own cost from the engine's work beside it.
@@ -178,10 +181,30 @@ async def _reference_handler(request: web.Request) -> web.Response:
     return web.Response(status=202, body=b'{"accepted":0,"sampled":0,"shed":0}', content_type="application/json")
 
 
-def run_reference(conn: Connection, max_body: int) -> None:
+def _floor_handler() -> Callable[[web.Request], Any]:
+    """The floor of the tap's work: read the body, decode it into the tap's typed schema
+    (``sidecar.ingest.wire.Exchange``, msgspec, decoders built once), answer ``202``."""
+    import msgspec
+
+    from sidecar.ingest.wire import Exchange
+
+    one, many = msgspec.json.Decoder(Exchange), msgspec.json.Decoder(list[Exchange])
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.read()
+        n = len(many.decode(body)) if body[:1] == b"[" else (one.decode(body) and 1)
+        return web.Response(status=202, body=b'{"accepted":%d,"sampled":0,"shed":0}' % n,
+                            content_type="application/json")
+
+    return handler
+
+
+def run_reference(conn: Connection, max_body: int, decode: bool = False) -> None:
+    """A bare aiohttp server: reads each body and answers 202 (``decode``: the floor, which also
+    decodes it as the tap's typed schema)."""
     async def main() -> None:
         app = web.Application(client_max_size=max_body)
-        app.router.add_post("/v1/exchanges", _reference_handler)
+        app.router.add_post("/v1/exchanges", _floor_handler() if decode else _reference_handler)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, HOST, 0).start()
@@ -383,6 +406,8 @@ class Phase:
     load: Load
     cpu_s: float | None
     extra: dict[str, Any]
+    #: The server's own process only (the tap's, without the engine's process beside it).
+    own_cpu_s: float | None = None
 
     @property
     def exchanges_per_s(self) -> float:
@@ -405,6 +430,11 @@ class Phase:
         n = self.load.requests * self.per_request
         return None if self.cpu_s is None or n == 0 else self.cpu_s / n * 1e6
 
+    @property
+    def own_us_per_exchange(self) -> float | None:
+        n = self.load.requests * self.per_request
+        return None if self.own_cpu_s is None or n == 0 else self.own_cpu_s / n * 1e6
+
 
 async def run_phase(
     name: str, mode: str, child: Child, per_request: int, args: argparse.Namespace, tag: str, rate: float = 0.0,
@@ -424,18 +454,19 @@ async def run_phase(
             concurrency=args.concurrency, max_requests=max_requests, duration=args.warmup,
         )
         before = await live_counters(session, admin) if admin else {}
-        cpu0 = child.cpu_seconds()
+        cpu0, own0 = child.cpu_seconds(), _proc_cpu(child.proc.pid)
         load = await generate(
             session, url, body_maker(per_request, f"run-{tag}"),
             concurrency=args.concurrency, max_requests=max_requests, duration=args.duration,
         )
-        cpu1 = child.cpu_seconds()
+        cpu1, own1 = child.cpu_seconds(), _proc_cpu(child.proc.pid)
         if admin:
             after = await live_counters(session, admin)
             extra = {k: after.get(k, 0) - before.get(k, 0) for k in ("exchanges_received", "cases_sampled", "cases_shed")}
             extra["funnel"] = await trial_funnel(session, admin, trial_id)
     cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
-    return Phase(name, mode, per_request, load, cpu, extra)
+    own = None if own0 is None or own1 is None else own1 - own0
+    return Phase(name, mode, per_request, load, cpu, extra, own)
 
 
 async def create_trial(session: aiohttp.ClientSession, admin: str, rate: float) -> str:
@@ -902,7 +933,7 @@ def report(
     print()
     head = (
         f"{'mode':<27}{'server':<10}{'requests':>9}{'err':>5}{'req/s':>9}{'exch/s':>10}"
-        f"{'srv CPU%':>10}{'cli CPU%':>10}{'srv µs/exch':>13}"
+        f"{'srv CPU%':>10}{'cli CPU%':>10}{'srv µs/exch':>13}{'proc µs/exch':>14}"
     )
     print(head)
     print("-" * len(head))
@@ -910,13 +941,20 @@ def report(
         print(
             f"{p.mode:<27}{p.name:<10}{p.load.requests:>9}{p.load.errors:>5}{p.requests_per_s:>9.0f}"
             f"{p.exchanges_per_s:>10.0f}{_fmt(p.server_cpu_pct, '.0f'):>10}{p.client_cpu_pct:>10.0f}"
-            f"{_fmt(p.cpu_us_per_exchange, '.1f'):>13}"
+            f"{_fmt(p.cpu_us_per_exchange, '.1f'):>13}{_fmt(p.own_us_per_exchange, '.2f'):>14}"
         )
     print()
     for mode in dict.fromkeys(p.mode for p in phases):
         ref = next(p for p in phases if p.mode == mode and p.name == "reference")
+        floor = next((p for p in phases if p.mode == mode and p.name == "floor"), None)
         print(f"{mode}")
-        for tap in (p for p in phases if p.mode == mode and p.name != "reference"):
+        for tap in (p for p in phases if p.mode == mode and p.name not in ("reference", "floor")):
+            if floor is not None and tap.own_us_per_exchange and floor.own_us_per_exchange:
+                print(
+                    f"  {tap.name:<8} / floor (read + typed decode): tap process CPU per exchange "
+                    f"{tap.own_us_per_exchange:.2f} / {floor.own_us_per_exchange:.2f} µs = "
+                    f"{tap.own_us_per_exchange / floor.own_us_per_exchange:.2f}x"
+                )
             line = f"  {tap.name:<8} / reference: exchanges/s {tap.exchanges_per_s / ref.exchanges_per_s:.2f}"
             line += f", requests/s {tap.requests_per_s / ref.requests_per_s:.2f}"
             if tap.cpu_us_per_exchange and ref.cpu_us_per_exchange:
@@ -948,15 +986,22 @@ async def amain(args: argparse.Namespace) -> int:
         if "ingest" in args.phases:
             for r in range(args.rounds):
                 for mode, per_request, tag in (("(a) 1 exchange/request", 1, "a"), ("(b) 100 exchanges/request", 100, "b")):
-                    ref = Child(run_reference, MAX_BODY)
-                    try:
-                        phases.append(await run_phase("reference", mode, ref, per_request, args, f"{tag}{r}"))
-                    finally:
-                        ref.stop()
+                    for ref_name, decode in (("reference", False), ("floor", True)):
+                        ref = Child(run_reference, MAX_BODY, decode)
+                        if args.pin:
+                            pin(ref.proc.pid, TAP_CPU)
+                        try:
+                            phases.append(await run_phase(ref_name, mode, ref, per_request, args, f"{tag}{r}{ref_name}"))
+                        finally:
+                            ref.stop()
                     for i, (name, rate) in enumerate(taps):
                         # A fresh sidecar (and store) per phase: no backlog of one phase runs into the next.
                         with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
                             tap = Child(run_sidecar, fake.hello, tmp, args.queue_size, args.workers)
+                            if args.pin:
+                                pin(tap.proc.pid, TAP_CPU)
+                                if tap.engine_pid:
+                                    pin(tap.engine_pid, ENGINE_CPU)
                             try:
                                 phases.append(await run_phase(name, mode, tap, per_request, args, f"{tag}{r}{i}", rate))
                             finally:

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import Callable
 
-__all__ = ["HASH_KEY", "HASH_PERSON", "is_sampled", "sample_point"]
+__all__ = ["HASH_KEY", "HASH_PERSON", "is_sampled", "sample_point", "sampler"]
 
 HASH_KEY = b"shadowtrial"
 HASH_PERSON = b"st-sample-v1"
@@ -64,8 +65,46 @@ def is_sampled(trial_id: str, exchange_id: str, rate: float) -> bool:
     Raises ``ValueError`` for a rate outside ``[0, 1]`` or NaN, ``TypeError`` for
     a non-number (``bool`` included: ``True`` is not a rate).
     """
+    _check_rate(rate)
+    return sample_point(trial_id, exchange_id) < rate
+
+
+def sampler(trial_id: str, rate: float) -> Callable[[str], bool]:
+    """``is_sampled(trial_id, ·, rate)`` as a function of the exchange id, for deciding many
+    exchanges of one trial: the same answers, at a fraction of the cost.
+
+    Rate 0 and rate 1 decide without hashing (every point is in ``[0, 1)``); between them,
+    the keyed hash state after the trial id is computed once and copied per exchange, and
+    the top 53 bits are compared with ``rate * 2**53`` (exact: a power of two scales a float
+    exactly, and Python compares an int with a float exactly). Raises as :func:`is_sampled`."""
+    _check_rate(rate)
+    if rate == 0.0:
+        return _never
+    if rate == 1.0:
+        return _always
+    prefix = hashlib.blake2b(_length_prefixed(trial_id), digest_size=8, key=HASH_KEY, person=HASH_PERSON)
+    limit = rate * float(1 << _MANTISSA_BITS)
+    shift = 64 - _MANTISSA_BITS
+    from_bytes = int.from_bytes
+
+    def sampled(exchange_id: str) -> bool:
+        h = prefix.copy()
+        h.update(_length_prefixed(exchange_id))
+        return (from_bytes(h.digest(), "big") >> shift) < limit
+
+    return sampled
+
+
+def _never(_exchange_id: str) -> bool:
+    return False
+
+
+def _always(_exchange_id: str) -> bool:
+    return True
+
+
+def _check_rate(rate: float) -> None:
     if isinstance(rate, bool) or not isinstance(rate, (int, float)):
         raise TypeError(f"rate must be a number, got {type(rate).__name__}")
     if math.isnan(rate) or not 0.0 <= rate <= 1.0:
         raise ValueError(f"rate must be between 0 and 1, got {rate!r}")
-    return sample_point(trial_id, exchange_id) < rate

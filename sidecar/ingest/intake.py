@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
-from policies.sampling import is_sampled
+from policies.sampling import sampler
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.routing import RoutingTable
-from sidecar.ingest.screen import Screened, screen_batch
-from sidecar.ingest.wire import Exchange, TapReply, decode_batch
+from sidecar.ingest.screen import Screened, screen_exchanges
+from sidecar.ingest.wire import Exchange, TapReply, decode_body
 
 log = logging.getLogger("shadowtrial.tap")
 
@@ -75,7 +75,8 @@ def ingest(parts: IntakeParts, body: bytes, content_type: str, teams: frozenset[
     once the sink closed: stopping, or its engine's process died). ``teams``: the
     teams the gateway's credential may report (None: any); an exchange for another
     team is refused and counted, never matched."""
-    return offer(parts, screen_batch(decode_batch(body, content_type)), teams)
+    decoded = decode_body(body, content_type)
+    return offer(parts, screen_exchanges(decoded.exchanges, decoded.where), teams)
 
 
 def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None = None) -> TapReply:
@@ -93,19 +94,44 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     claims: dict[str, list[Claim]] = {}
     content_free: set[str] = set()
     outbox_shed = 0
+    outbox_full = parts.outbox_full  # its result could not be recorded for the collector
+    # Per trial, for this batch: its sampling decision (the keyed hash state after its id is
+    # computed once) and its not_sampled count (the common outcome, counted without a tuple
+    # each). A gateway's batch is mostly one team, model, route and gateway: the routes of
+    # the previous exchange are reused while those four stay the same.
+    deciders: dict[str, Callable[[str], bool]] = {}
+    not_sampled: dict[str, int] = {}
+    plan: list[tuple[str, Callable[[str], bool], str]] = []
+    team: str | None = None
+    model = gateway = ""
+    path: str | None = None
     for ex in exchanges:
-        for route in routes.match(ex):
-            if not route.prompt_retention:
-                content_free.add(route.trial_id)
-            if ex.redacted:
-                counts[(route.trial_id, "skipped_redacted")] += 1
-            elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
-                counts[(route.trial_id, "not_sampled")] += 1
-            elif parts.outbox_full:  # its result could not be recorded for the collector
-                counts[(route.trial_id, "shed_outbox_full")] += 1
+        if ex.team != team or ex.model != model or ex.route != path or ex.gateway != gateway:
+            team, model, path, gateway = ex.team, ex.model, ex.route, ex.gateway
+            plan = []
+            for route in routes.match(ex):
+                decide = deciders.get(route.trial_id)
+                if decide is None:
+                    decide = deciders[route.trial_id] = sampler(route.trial_id, route.sample_rate)
+                plan.append((route.trial_id, decide, route.execution_site))
+                if not route.prompt_retention:
+                    content_free.add(route.trial_id)
+        if not plan:
+            continue
+        if ex.redacted:
+            for trial_id, _, _ in plan:
+                counts[(trial_id, "skipped_redacted")] += 1
+            continue
+        for trial_id, decide, site in plan:
+            if not decide(ex.exchange_id):
+                not_sampled[trial_id] = not_sampled.get(trial_id, 0) + 1
+            elif outbox_full:
+                counts[(trial_id, "shed_outbox_full")] += 1
                 outbox_shed += 1
             else:
-                claims.setdefault(route.execution_site, []).append(Claim(route.trial_id, ex))
+                claims.setdefault(site, []).append(Claim(trial_id, ex))
+    for trial_id, n in not_sampled.items():
+        counts[(trial_id, "not_sampled")] += n
     sampled, shed = 0, outbox_shed
     for site, batch in claims.items():
         sink = parts.sinks.get(site)

@@ -61,8 +61,12 @@ class Routes:
         self._ids = ids
 
     def match(self, exchange: Exchange) -> tuple[Route, ...]:
-        candidates = self._by_key.get((exchange.team, exchange.model), ())
-        return tuple(r for r in candidates if r.matches(exchange)) if candidates else ()
+        candidates = self._by_key.get((exchange.team, exchange.model))
+        if candidates is None:
+            return ()
+        if len(candidates) == 1:  # the common case, without building a tuple
+            return candidates if candidates[0].matches(exchange) else ()
+        return tuple(r for r in candidates if r.matches(exchange))
 
     def __contains__(self, trial_id: object) -> bool:
         return trial_id in self._ids

@@ -28,7 +28,7 @@ Per field, on purpose:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import msgspec
 
@@ -65,11 +65,65 @@ def screen_batch(items: Iterable[tuple[str, Exchange]]) -> Screened:
 
     Raises :class:`DecodeError` naming the first refused field; otherwise returns the
     exchanges, figures out of range removed."""
-    out: list[Exchange] = []
+    pairs = list(items)
+    return screen_exchanges([ex for _, ex in pairs], lambda i: pairs[i][0])
+
+
+def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> Screened:
+    """:func:`screen_batch` for a batch from :func:`~sidecar.ingest.wire.decode_body`: ``where(i)``
+    is the path of the ``i``-th exchange, asked for only to name a refused field.
+
+    The tap's hot path: per exchange, a few comparisons and type checks. An
+    exchange whose request holds an object or an array inside a message or a parameter, or
+    a token parameter out of range, takes the full check (:func:`_check_request`), and one
+    with a figure out of range :func:`_with_sane_figures`, so every refusal, its message and
+    its path, and every exclusion are theirs (the nesting limit is far above what a plain
+    value can reach)."""
+    out = exchanges
     excluded: Counter[str] = Counter()
-    for where, ex in items:
-        _check_request(ex, where)
-        out.append(_with_sane_figures(ex, excluded))
+    for i, ex in enumerate(exchanges):
+        request = ex.request
+        params = request.params
+        plain = True
+        if params:
+            # bool is an int to Python, not a token count; a float is not a count either.
+            max_tokens = params.get("max_tokens")
+            max_completion = params.get("max_completion_tokens")
+            plain = (
+                (max_tokens is None or type(max_tokens) is int and 1 <= max_tokens <= MAX_TOKENS_PARAM)
+                and (max_completion is None or type(max_completion) is int and 1 <= max_completion <= MAX_TOKENS_PARAM)
+            )
+            for value in params.values():
+                kind = type(value)
+                if kind is dict or kind is list:  # what the JSON decoder builds, exactly
+                    plain = False
+                    break
+        if plain:
+            for message in request.messages:
+                for value in message.values():
+                    kind = type(value)
+                    if kind is dict or kind is list:
+                        plain = False
+                        break
+                if not plain:
+                    break
+        if not plain:
+            _check_request(ex, where(i))
+        latency = ex.latency_ms
+        usage = ex.response.usage
+        cost = usage.cost_usd
+        if (
+            (latency is None or 0 <= latency <= MAX_LATENCY_MS)
+            and (cost is None or 0 <= cost <= MAX_COST_USD)
+            and (usage.input_tokens is None or 0 <= usage.input_tokens <= MAX_TOKEN_FIGURE)
+            and (usage.output_tokens is None or 0 <= usage.output_tokens <= MAX_TOKEN_FIGURE)
+            and (usage.prompt_tokens is None or 0 <= usage.prompt_tokens <= MAX_TOKEN_FIGURE)
+            and (usage.completion_tokens is None or 0 <= usage.completion_tokens <= MAX_TOKEN_FIGURE)
+        ):
+            continue
+        if out is exchanges:
+            out = list(exchanges)  # the caller's list is left as it was
+        out[i] = _with_sane_figures(ex, excluded)
     return Screened(out, excluded)
 
 

@@ -11,8 +11,9 @@ on are checked after decoding by :mod:`sidecar.ingest.screen`.
 
 from __future__ import annotations
 
+import codecs
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, NamedTuple
 
 import msgspec
 
@@ -141,11 +142,33 @@ def decode_batch(body: bytes, content_type: str = "") -> list[tuple[str, Exchang
     or with invalid UTF-8 (:func:`check_utf8`), even inside a field that would be
     ignored, is a :class:`DecodeError` too.
     """
+    decoded = decode_body(body, content_type)
+    return [(decoded.where(i), ex) for i, ex in enumerate(decoded.exchanges)]
+
+
+class Decoded(NamedTuple):
+    """A decoded batch: its exchanges, and ``where(i)``, the JSON path of the ``i``-th in the
+    body (``$``, ``$[3]``, ``line 4: $``), computed only when an error needs it."""
+
+    exchanges: list[Exchange]
+    where: Callable[[int], str]
+
+
+def decode_body(body: bytes, content_type: str = "") -> Decoded:
+    """:func:`decode_batch` without building every exchange's path (the tap's hot path)."""
     try:
         check_utf8(body, content_type)
         return _decode_batch(body, content_type)
     except RecursionError:
         raise DecodeError(_TOO_DEEP, "$") from None
+
+
+def _root(_i: int) -> str:
+    return "$"
+
+
+def _item(i: int) -> str:
+    return f"$[{i}]"
 
 
 _TOO_DEEP = "JSON nested too deeply to decode"
@@ -158,7 +181,7 @@ def check_utf8(body: bytes, content_type: str = "") -> None:
     key of a known one (a corrupted ``params`` key reads as an unknown field, and the
     parameters would silently be dropped), would otherwise pass. The path is that of the
     key or the value holding the first bad byte, its line's for NDJSON."""
-    if body.isascii():
+    if body.isascii() or _valid_utf8(body):
         return
     try:
         body.decode("utf-8")
@@ -177,6 +200,33 @@ def check_utf8(body: bytes, content_type: str = "") -> None:
     spot = locate.spot(data, at)
     what = " in an object key" if spot.in_key else ""
     raise DecodeError(f"{where}invalid UTF-8{what} (byte {bad})", f"{where}{spot.path}")
+
+
+#: Bytes validated per piece by :func:`_valid_utf8`: small enough that the decoded piece stays
+#: in the CPU's cache (decoding a whole 120 KB batch at once costs about three times as much).
+_UTF8_PIECE = 16 * 1024
+_utf8_decode = codecs.utf_8_decode
+
+
+def _valid_utf8(body: bytes) -> bool:
+    """Whether ``body`` is UTF-8, checked piece by piece, each piece ending before an ASCII
+    byte (``"``): a multi-byte sequence never contains one, so the body is valid iff every
+    piece is."""
+    view = memoryview(body)
+    size = len(body)
+    start = 0
+    try:
+        while start < size:
+            end = body.find(b'"', start + _UTF8_PIECE)
+            if end < 0:
+                end = size
+            _utf8_decode(view[start:end], "strict", True)
+            start = end
+    except UnicodeDecodeError:
+        return False
+    finally:
+        view.release()
+    return True
 
 
 def _looks_ndjson(body: bytes, content_type: str) -> bool:
@@ -207,7 +257,7 @@ def where_decode_failed(exc: msgspec.DecodeError, data: bytes) -> tuple[str, str
     return message, path
 
 
-def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
+def _decode_batch(body: bytes, content_type: str) -> Decoded:
     stripped = body.lstrip()
     if not stripped:
         raise DecodeError("empty body", None)
@@ -215,8 +265,8 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
     if not ndjson:
         try:
             if stripped[:1] == b"[":
-                return [(f"$[{i}]", ex) for i, ex in enumerate(_many.decode(body))]
-            return [("$", _one.decode(body))]
+                return Decoded(_many.decode(body), _item)
+            return Decoded([_one.decode(body)], _root)
         except msgspec.ValidationError as exc:
             # NDJSON without the header whose *first* line is invalid fails here before the
             # decoder reaches the second document; read it line by line so the error names
@@ -228,13 +278,15 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
             if b"\n" not in stripped.rstrip():
                 raise DecodeError(*where_decode_failed(exc, body)) from exc
             # Several JSON documents on several lines: NDJSON without the header.
-    out: list[tuple[str, Exchange]] = []
+    out: list[Exchange] = []
+    paths: list[str] = []
     for lineno, line in enumerate(body.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"line {lineno}: "
         try:
-            out.append((f"{where}$", _one.decode(line)))
+            out.append(_one.decode(line))
+            paths.append(f"{where}$")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             msg, path = where_decode_failed(exc, line)
             raise DecodeError(f"{where}{msg}", f"{where}{path or '$'}") from exc
@@ -242,7 +294,7 @@ def _decode_batch(body: bytes, content_type: str) -> list[tuple[str, Exchange]]:
             raise DecodeError(f"{where}{_TOO_DEEP}", f"{where}$") from None
     if not out:
         raise DecodeError("empty body", None)
-    return out
+    return Decoded(out, paths.__getitem__)
 
 
 _reply_encoder = msgspec.json.Encoder()

@@ -104,6 +104,7 @@ class TapPlugin:
             tap_url, tap_token=tap_token, timeout_s=timeout_s, batch_size=batch_size, batch_bytes=batch_bytes,
             tap_max_bytes=tap_max_bytes, flush_s=flush_s, max_buffer=max_buffer, buffer_bytes=buffer_bytes,
             stats_every_s=stats_every_s, transport=transport,
+            also_https=bool(admin_url) and str(admin_url).lower().startswith("https:"),
         )
         self.gateway = gateway
         self.default_team = default_team

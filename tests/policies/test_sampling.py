@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from policies import sampling
-from policies.sampling import is_sampled, sample_point
+from policies.sampling import is_sampled, sample_point, sampler
 
 IDS = [f"ex-{i:05d}" for i in range(20_000)]
 
@@ -97,4 +97,21 @@ def test_module_imports_only_the_standard_library() -> None:
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"__future__", "hashlib", "math"}
+    assert imported <= {"__future__", "hashlib", "math", "typing"}
+
+
+@pytest.mark.parametrize("rate", [0.0, 1e-9, 0.05, 0.16599654055679747, 0.5, 0.999999, 1.0, 1])
+def test_sampler_decides_as_is_sampled(rate: float) -> None:
+    # The tap decides through sampler(); an auditor or a plugin re-checks with is_sampled().
+    for trial in ("trial-1", "essai-é"):
+        decide = sampler(trial, rate)
+        assert [decide(e) for e in IDS[:5000]] == [is_sampled(trial, e, rate) for e in IDS[:5000]]
+    # The known answer's own point is not below itself, and is below the next float up.
+    assert not sampler("trial-1", 0.16599654055679747)("exchange-1")
+    assert sampler("trial-1", math.nextafter(0.16599654055679747, 1.0))("exchange-1")
+
+
+@pytest.mark.parametrize("rate", [-0.01, 1.01, float("nan"), True, "0.5"])
+def test_sampler_refuses_what_is_sampled_refuses(rate: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        sampler("t", rate)  # type: ignore[arg-type]

@@ -123,3 +123,38 @@ def test_invalid_utf8_under_deep_nesting_is_a_refusal_not_a_crash(depth: int) ->
     """Found by the fuzz: the UTF-8 check ran outside the decoder's recursion guard (a 500)."""
     error = refusal(b"[" * depth + b'{"a": "\xff"}' + b"]" * depth + b"\n{}")
     assert error.path is not None and "$[0][0]" in error.path and "invalid UTF-8" in str(error)
+
+
+def test_a_long_batch_is_checked_piece_by_piece_to_the_same_verdict() -> None:
+    """Bodies past one validation piece (sidecar.ingest.wire._UTF8_PIECE): a 3-byte character
+    in an ignored field at every offset around the first piece boundaries is accepted, and a
+    bad byte there (or in the last exchange) is refused at its byte, as a whole-body check
+    would."""
+    from sidecar.ingest import wire
+
+    exchanges = [exchange(i) for i in range(120)]
+    body = json.dumps(exchanges, ensure_ascii=False).encode()
+    assert len(body) > 2 * wire._UTF8_PIECE
+    ok = 0
+    for boundary in (wire._UTF8_PIECE, 2 * wire._UTF8_PIECE):
+        cut = body.find(b'"', boundary)  # where a piece ends: the next quote
+        for shift in range(-3, 4):
+            at = cut + shift
+            good = body[:at] + "€".encode() + body[at:]
+            if good.decode("utf-8", "replace").count("\ufffd") == 0:
+                try:
+                    decode_batch(good)
+                except DecodeError as error:
+                    assert "UTF-8" not in str(error), (shift, str(error))
+                else:
+                    ok += 1
+            bad = body[:at] + b"\xe2\x82" + body[at:]
+            try:
+                bad.decode("utf-8")
+            except UnicodeDecodeError as expected:
+                error = refusal(bad)
+                assert f"(byte {expected.start})" in str(error), (shift, str(error))
+    assert ok > 0
+    last = body.rfind(b"question 119")
+    error = refusal(body[:last] + b"\xff" + body[last + 1 :])
+    assert error.path == "$[119].request.messages[0].content"
