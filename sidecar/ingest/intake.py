@@ -101,6 +101,8 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
                 counts[(route.trial_id, "skipped_redacted")] += 1
             elif not is_sampled(route.trial_id, ex.exchange_id, route.sample_rate):
                 counts[(route.trial_id, "not_sampled")] += 1
+            elif route.decided:  # stopped on its decision: counted, never run (sidecar.trials.decided)
+                counts[(route.trial_id, "after_decision")] += 1
             elif parts.outbox_full:  # its result could not be recorded for the collector
                 counts[(route.trial_id, "shed_outbox_full")] += 1
                 outbox_shed += 1

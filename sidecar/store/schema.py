@@ -320,4 +320,9 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE watches ADD COLUMN judged_before INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE alerts ADD COLUMN period INTEGER NOT NULL DEFAULT 1;
     """,
+    # 15: a trial that knows when to stop (issue 26, item 2): ``stop`` ends a decided trial
+    # ``decided``; trials created before keep running after a decision, as they did
+    """
+    ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
+    """,
 )

@@ -304,6 +304,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE watches ADD COLUMN judged_before BIGINT NOT NULL DEFAULT 0;
     ALTER TABLE alerts ADD COLUMN period BIGINT NOT NULL DEFAULT 1;
     """,
+    # 14: a trial that knows when to stop (issue 26, item 2), as in SQLite's migration 15
+    """
+    ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
+    """,
 )
 
 
