@@ -333,7 +333,7 @@ class Engine:
                 if await self._runner.run(subject, claim.exchange) == "judged":
                     self._unfolded[subject.id] = self._unfolded.get(subject.id, 0) + 1
                     self._judged[subject.id] = self._judged.get(subject.id, 0) + 1
-                    if subject.record.on_decision == "stop" and subject.record.kind == "trial":
+                    if subject.record.on_decision == "stop" and subject.kind == "trial":  # live trials only
                         await self.fold_now(subject.id)
             else:
                 await self._runner.record_unrun(subject, claim.exchange.exchange_id)

@@ -29,10 +29,12 @@ REASON = "decided"
 
 
 def stops_now(record: TrialRecord, evaluation: Evaluation) -> bool:
-    """Whether ``record`` stops on this evaluation: a running trial (never a watch's day row)
-    with ``on_decision = "stop"`` whose verdict is decided."""
+    """Whether ``record`` stops on this evaluation: a running live trial (never a watch's day
+    row; a replay ends when its window is replayed) with ``on_decision = "stop"`` whose verdict
+    is decided."""
     return (
         record.kind == "trial"
+        and record.source == "live"
         and record.on_decision == "stop"
         and record.status == "running"
         and evaluation.verdict != "inconclusive"

@@ -93,6 +93,11 @@ async def test_ack_stays_on_live_retrial_reversed_stop_confirmed_paused_on_live(
             await expect(row).to_contain_text("Paused")
             await expect(row).not_to_contain_text("Inconclusive")
             assert (await h.trial(paused))["verdict"]["wording"] == "Paused"
+            # Its page offers Resume and Stop to a writer, and words it Paused.
+            await row.get_by_role("link").click()
+            await expect(page.locator("#verdict")).to_have_text("Paused")
+            await expect(page.locator("#resume-trial")).to_be_visible()
+            await expect(page.locator("#stop-trial")).to_be_visible()
             pages.check_local()
         finally:
             await pages.close()
