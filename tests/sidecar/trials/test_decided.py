@@ -65,6 +65,10 @@ async def test_a_stopping_trial_dispatches_nothing_after_its_decision(tmp_path: 
         assert after["funnel"]["outcomes"]["after_decision"] == N + 40 - judged
         assert after["funnel"]["total"] == sum(after["funnel"]["outcomes"].values()) == N + 40
         assert after["verdict"]["code"] == "not_worse" and after["verdict"]["cases"] == v["cases"]
+        print(f"\nstopping trial: decided {v['code']} at {v['decided_at']} judged cases; {judged} judged, "
+              f"{after['funnel']['outcomes']['after_decision']} after_decision of {N + 40} sent; candidate/judge calls "
+              f"{calls} before, {(h.fake.calls[CANDIDATE] - calls[0], h.fake.calls[JUDGE] - calls[1])} after; "
+              f"charged {frozen['charged_micros']} µ$ then {spend(after)['charged_micros']} µ$")
 
         # A decided trial may be promoted, and an operator's stop ends its counting.
         r = await h.admin.post(f"/v1/trials/{tid}/stop")
