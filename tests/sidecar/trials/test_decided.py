@@ -105,8 +105,8 @@ async def test_on_decision_defaults_to_stop_and_is_validated(tmp_path: Path) -> 
         assert r.json()["error"]["field"] == "$.on_decision"
 
 
-async def test_a_decided_trial_waits_for_nothing(tmp_path: Path) -> None:
-    """``wait_for`` helper import kept honest: a decided trial's status shows in the listing."""
+async def test_a_decided_trial_is_listed_by_its_status(tmp_path: Path) -> None:
+    """``GET /v1/trials?status=decided`` finds a trial that stopped on its decision."""
     async with Harness(tmp_path, models=models(), workers=1) as h:
         tid = (await h.create_trial(audit_share=0.0, on_decision="stop"))["id"]
         await h.send([won(i) for i in range(N)])
