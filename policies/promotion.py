@@ -23,8 +23,9 @@ from typing import Literal
 EvidenceKind = Literal["traffic", "corpus"]
 Refusal = Literal["corpus_evidence", "already_promoted", "not_running_or_ended", "not_adoptable"]
 
-#: Trial statuses a promotion may start from: running, or ended on its own or by an operator.
-PROMOTABLE: tuple[str, ...] = ("running", "stopped", "cap_reached")
+#: Trial statuses a promotion may start from: running, or ended on its own (``decided``: it
+#: stopped on its decision; ``cap_reached``) or by an operator.
+PROMOTABLE: tuple[str, ...] = ("running", "stopped", "cap_reached", "decided")
 ADOPTABLE_CODES: tuple[str, ...] = ("candidate_better", "equivalent", "not_worse")
 
 #: The sentinel's default share of the matching traffic (settable at promotion).

@@ -378,8 +378,10 @@ class Runtime:
         engine in its own process; an engine on a thread installs them itself)."""
         edits = self.routing.edits
         running = await self.store.list_trials(status="running")
+        decided = await self.store.list_trials(status="decided")  # matched and counted, never run
         self.routing.replace(
-            [r for r in running if r.execution_site != SITE or runnable(r, self.resolve, self.config)], edits_seen=edits
+            [r for r in running if r.execution_site != SITE or runnable(r, self.resolve, self.config)] + decided,
+            edits_seen=edits,
         )
 
     async def watch_outbox(self) -> None:

@@ -232,9 +232,11 @@ class Harness:
 
     async def create_trial(self, **over: Any) -> dict[str, Any]:
         assert self.admin
+        # ``continue``: most tests read a trial past its first decision (the API's default is
+        # ``stop``, tests/sidecar/trials/test_decided.py); a test passes ``on_decision`` to change it.
         body: dict[str, Any] = {
             "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
-            "spend_cap_usd": 10.0, "sample_rate": 1.0,
+            "spend_cap_usd": 10.0, "sample_rate": 1.0, "on_decision": "continue",
         }
         body.update(over)
         r = await self.admin.post("/v1/trials", json=body)

@@ -16,8 +16,9 @@ from aiohttp import HttpVersion11, web
 from sidecar.errors import ApiError, BadRequest
 from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
+from sidecar.api.gate_routes import FLAGGER_PREFIX, GATE_ROUTES, REVOCATIONS
 from sidecar.api.kit import (
-    COMPARE, POSTURE, PROMOTION, TRIALS, WATCHES, Handler, _error, _json, errors_middleware, read_body,
+    COMPARE, GATES, POSTURE, PROMOTION, TRIALS, WATCHES, Handler, _error, _json, errors_middleware, read_body,
 )
 from sidecar.api.principal import principal_of
 from sidecar.api.readiness import readiness
@@ -26,6 +27,7 @@ from sidecar.services.posture import IF_MATCH, PostureService, check_if_match, c
 from sidecar.services.compare import CompareService, decode_compare
 from sidecar.services.trials import TrialService
 from sidecar.api.watch_routes import WATCH_ROUTES
+from sidecar.services.gates import GateService
 from sidecar.services.promotion import PromotionService
 from sidecar.services.watches import WatchService
 from sidecar.telemetry.names import METRICS
@@ -204,7 +206,7 @@ def admin_app(rt: Any) -> web.Application:
     app = web.Application(
         middlewares=[
             # The console authenticates its own prefix with the same verifier (a cookie or a header).
-            authn_middleware(verifier, revocations, delegated=(CONSOLE_PREFIX,)),
+            authn_middleware(verifier, revocations, delegated=(CONSOLE_PREFIX, FLAGGER_PREFIX)),
             errors_middleware,
             store_guard(rt.config.admin.request_timeout_seconds,
                         streams=frozenset({"/v1/compare", f"{CONSOLE_PREFIX}/compare/stream"})),
@@ -219,6 +221,8 @@ def admin_app(rt: Any) -> web.Application:
     app[COMPARE] = CompareService(contexts.compare)
     app[WATCHES] = WatchService(contexts.watches)
     app[PROMOTION] = PromotionService(contexts.promotion)
+    app[GATES] = GateService(app[TRIALS], app[WATCHES], app[PROMOTION])
+    app[REVOCATIONS] = revocations  # the Flagger webhooks authenticate themselves (sidecar.api.gate_routes)
     if verifier is not None:
         app[VERIFIER] = verifier
     routes: list[tuple[str, str, Handler]] = [
@@ -232,6 +236,7 @@ def admin_app(rt: Any) -> web.Application:
         ("POST", "/v1/compare", compare),
         ("GET", "/v1/live", live),
         *WATCH_ROUTES,
+        *GATE_ROUTES,
         ("GET", "/healthz", healthz),
         ("GET", "/readyz", readyz),
         ("GET", "/metrics", metrics),

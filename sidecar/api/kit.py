@@ -17,6 +17,7 @@ from sidecar.api.listener import client_gone, describe
 from sidecar.errors import ApiError, PromotionRefused, UnsupportedEncoding
 from sidecar.ingest.wire import encode
 from sidecar.services.compare import CompareService
+from sidecar.services.gates import GateService
 from sidecar.services.posture import PostureService
 from sidecar.services.promotion import PromotionService
 from sidecar.services.trials import TrialService
@@ -33,6 +34,7 @@ POSTURE: web.AppKey[PostureService] = web.AppKey("posture", PostureService)
 COMPARE: web.AppKey[CompareService] = web.AppKey("compare", CompareService)
 WATCHES: web.AppKey[WatchService] = web.AppKey("watches", WatchService)
 PROMOTION: web.AppKey[PromotionService] = web.AppKey("promotion", PromotionService)
+GATES: web.AppKey[GateService] = web.AppKey("gates", GateService)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

@@ -67,6 +67,7 @@ def _errors(*codes: int) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def openapi_document() -> dict[str, Any]:
+    from sidecar.api.openapi_gates import gate_paths
     from sidecar.api.openapi_watches import watch_paths
     from sidecar.services.promotion import PromoteBody
 
@@ -209,6 +210,7 @@ def openapi_document() -> dict[str, Any]:
         "security": [{"adminBearer": []}],
     }
     document["paths"].update(watch_paths(promote, _errors))
+    document["paths"].update(gate_paths(_errors))
     for path, item in document["paths"].items():
         for operation in item.values():
             if path in PUBLIC_PATHS:

@@ -106,6 +106,7 @@ CREATE_FIELDS: dict[str, tuple[str, ...]] = {
     "expected_cases": ("expected_cases",),
     "tolerance": ("tolerance",),
     "min_cases": ("min_cases",),
+    "on_decision": ("on_decision",),
     "audit_share": ("audit_share",),
     "max_tokens": ("max_tokens",),
     "judge_model": ("judge", "model"),
@@ -188,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--expected-cases", type=int, help="the trial's expected size; tunes the decision rule")
     create.add_argument("--tolerance", type=_finite, help="equivalence margin on the win-rate scale (default 0.05)")
     create.add_argument("--min-cases", type=int, help="judged cases before any decision (default 20)")
+    create.add_argument("--on-decision", choices=("stop", "continue"),
+                        help="once decided: stop dispatching (default) or continue narrowing the bounds")
     create.add_argument("--audit-share", type=_finite,
                         help="share of cases judged again in swapped order (default: the config's judge.audit_share)")
     create.add_argument("--max-tokens", type=int,

@@ -42,6 +42,8 @@ TRIAL_FIELDS: tuple[Field, ...] = (
     Field("gateway", "Gateway filter", "text", False, "Only exchanges of this gateway."),
     Field("audit_share", "Position-bias audit share (0 to 1)", "float", False, "Default from the config."),
     Field("max_tokens", "Candidate max tokens", "int", False, "Default: the request's own, else the config's."),
+    Field("on_decision", "Once decided", "text", False,
+          "stop (default): dispatch nothing more; continue: keep narrowing the bounds up to the expected cases."),
     Field("judge.model", "Judge model", "text", False, "Default from the config.", "judge"),
     Field("judge.rubric", "Judge rubric", "text", False, "", "judge"),
     Field("judge.max_tokens", "Judge max tokens", "int", False, "", "judge"),

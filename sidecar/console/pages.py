@@ -20,10 +20,11 @@ from policies.roles import WRITERS, Principal, decide
 from sidecar.auth.errors import Unauthorized
 from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, shell, state
 from sidecar.console.chart import decision_chart
+from sidecar.console.confirm import ask, confirmed
 from sidecar.console.forms import TRIAL_FIELDS, decode_trial_form, field_name
 from sidecar.console.session import SESSION_COOKIE, clear_cookie, set_cookie
 from sidecar.console.slots import promote_slot
-from sidecar.errors import BadRequest, NotFound
+from sidecar.errors import BadRequest, Forbidden, NotFound
 from sidecar.services.posture import PostureIn, check_if_match, check_team
 from sidecar.services.trials import PAUSED
 from sidecar.store.errors import IdempotencyConflict
@@ -202,6 +203,15 @@ async def trial_fragment(request: web.Request) -> web.Response:
 
 async def stop_trial(request: web.Request) -> web.Response:
     trial_id = request.match_info["trial_id"]
+    if not confirmed(request):  # irreversible: asked first (sidecar.console.confirm)
+        p = principal(request)
+        t = await state(request).trials.get(p, trial_id)
+        if not can_write(p, t["team"]):
+            raise Forbidden(f"your roles may read trial {trial_id!r} but not stop it")
+        return ask(request, heading=f"Stop trial {trial_id}?", button="Stop trial", button_id="confirm-stop-trial",
+                   what=f"{t['candidate_model']} against {t['incumbent_model']} for team {t['team']} stops for good: "
+                        "nothing more is sampled or spent, and it cannot be resumed. Its evidence is kept.",
+                   cancel=f"{CONSOLE_PREFIX}/trials/{trial_id}", nav="trials")
     await state(request).trials.stop(principal(request), trial_id)
     return redirect(f"{CONSOLE_PREFIX}/trials/{trial_id}")
 

@@ -14,8 +14,9 @@ from aiohttp import web
 
 from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, state
 from sidecar.console.chart import detector_gauge, detector_history
+from sidecar.console.confirm import ask, confirmed
 from sidecar.console.pages import can_write, trial_page
-from sidecar.errors import BadRequest
+from sidecar.errors import BadRequest, Forbidden
 from sidecar.ingest.wire import encode
 from sidecar.services.promotion import decode_promote
 from sidecar.store.errors import IdempotencyConflict
@@ -84,6 +85,15 @@ async def watch_fragment(request: web.Request) -> web.Response:
 
 async def stop_watch(request: web.Request) -> web.Response:
     watch_id = request.match_info["watch_id"]
+    if not confirmed(request):  # irreversible: asked first (sidecar.console.confirm)
+        p = principal(request)
+        w = await state(request).watches.get(p, watch_id)
+        if not can_write(p, w["team"]):
+            raise Forbidden(f"your roles may read watch {watch_id!r} but not stop it")
+        return ask(request, heading=f"Stop watch {watch_id}?", button="Stop watch", button_id="confirm-stop-watch",
+                   what=f"The sentinel ({w['old_model']}) stops judging {w['new_model']} for team {w['team']}: no drift "
+                        "is detected from then on, and a stopped watch cannot be restarted.",
+                   cancel=f"{CONSOLE_PREFIX}/watches/{watch_id}", nav="watches")
     await state(request).watches.stop(principal(request), watch_id)
     return redirect(f"{CONSOLE_PREFIX}/watches/{watch_id}")
 

@@ -346,7 +346,7 @@ class CaseRunner:
             status=result.status, cap=result.cap_micros, spent=result.spent_micros, amount=amount, typical=typical
         )
         if why == "not_running":
-            raise _Shed("cap_reached" if result.status == "cap_reached" else "shed_stopped", f"trial is {result.status}")
+            raise _Shed(ended_outcome(result.status) or "shed_stopped", f"trial is {result.status}")
         if why == "trial_exhausted":
             raise _Shed("cap_reached", "the remaining cap cannot cover a typical case", trial_status="cap_reached")
         if why == "case_too_large":

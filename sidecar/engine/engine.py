@@ -45,6 +45,7 @@ from policies.site import Site, runs_here
 from sidecar.engine.case import CaseRunner
 from sidecar.seal import Sealer
 from sidecar.auth.revocations import Revocations
+from sidecar.trials.decided import stop_if_decided
 from sidecar.trials.fold import fold_trial
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.handoff import Handoff
@@ -335,6 +336,8 @@ class Engine:
                 if await self._runner.run(subject, claim.exchange) == "judged":
                     self._unfolded[subject.id] = self._unfolded.get(subject.id, 0) + 1
                     self._judged[subject.id] = self._judged.get(subject.id, 0) + 1
+                    if subject.record.on_decision == "stop" and subject.kind == "trial":  # live trials only
+                        await self.fold_now(subject.id)
             else:
                 await self._runner.record_unrun(subject, claim.exchange.exchange_id)
         except asyncio.CancelledError:
@@ -373,6 +376,7 @@ class Engine:
         edits = self.routing.edits
         await roll_watches(self._store, self.clock())  # a watch's new UTC day: its row, with the day's cap
         running = await self._store.list_trials(status="running")
+        decided = await self._store.list_trials(status="decided")  # matched and counted, never run
         fresh: dict[str, Subject] = {}
         for record in running:
             subject = self._subjects.get(record.id)
@@ -384,7 +388,8 @@ class Engine:
         # A trial pinned elsewhere is routed whatever this engine can run: its claims go to
         # that site's sink (the forwarder), never to this engine.
         self.routing.replace(
-            [r for r in running if r.id in fresh or not runs_here(r.execution_site, self.site)], edits_seen=edits
+            [r for r in running if r.id in fresh or not runs_here(r.execution_site, self.site)] + decided,
+            edits_seen=edits,
         )
 
     async def flush(self) -> None:
@@ -434,19 +439,37 @@ class Engine:
             due = new >= max(1, self._judged.get(trial_id, 0) // 50)
             if not (final or due or now - self._folded_at.get(trial_id, 0.0) >= FOLD_AT_LEAST_S):
                 continue
-            try:
-                snap = await self._store.snapshot(trial_id)
-                if snap is not None:
-                    await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # left pending: folded at a later interval
-                log.warning("trial %s could not be folded (%s); trying again next interval", trial_id, describe(exc))
-                continue
-            self._unfolded[trial_id] -= new
-            if not self._unfolded[trial_id]:
-                del self._unfolded[trial_id]
-            self._folded_at[trial_id] = now
+            await self._fold_one(trial_id, new, now)
+
+    async def fold_now(self, trial_id: str) -> None:
+        """After a judged case of a trial that stops on its decision: fold it at once when due
+        (the same 2% rule as :meth:`fold`, not the interval), so it stops within a case or so of
+        its decision rather than up to ``refresh_seconds`` later (:mod:`sidecar.trials.decided`)."""
+        new = self._unfolded.get(trial_id, 0)
+        if new and new >= max(1, self._judged.get(trial_id, 0) // 50):
+            await self._fold_one(trial_id, new, time.monotonic())
+
+    async def _fold_one(self, trial_id: str, new: int, now: float) -> None:
+        assert self._store is not None
+        try:
+            snap = await self._store.snapshot(trial_id)
+            if snap is not None:
+                folded = await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
+                decided = await stop_if_decided(self._store, snap.record, folded.evaluation, now=self.clock())
+                if decided is not None:
+                    log.info("trial %s decided (%s); it stops on its decision", trial_id, folded.evaluation.verdict)
+                    self.routing.add(decided)  # still matched, now counted after_decision at the tap
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # left pending: folded at a later interval
+            log.warning("trial %s could not be folded (%s); trying again next interval", trial_id, describe(exc))
+            return
+        left = self._unfolded.get(trial_id, 0) - new
+        if left > 0:
+            self._unfolded[trial_id] = left
+        else:
+            self._unfolded.pop(trial_id, None)
+        self._folded_at[trial_id] = now
 
     async def _heartbeat(self) -> None:
         assert self._store is not None

@@ -101,7 +101,7 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     # the previous exchange are reused while those four stay the same.
     deciders: dict[str, Callable[[str], bool]] = {}
     not_sampled: dict[str, int] = {}
-    plan: list[tuple[str, Callable[[str], bool], str]] = []
+    plan: list[tuple[str, Callable[[str], bool], str, bool]] = []
     team: str | None = None
     model = gateway = ""
     path: str | None = None
@@ -113,18 +113,20 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
                 decide = deciders.get(route.trial_id)
                 if decide is None:
                     decide = deciders[route.trial_id] = sampler(route.trial_id, route.sample_rate)
-                plan.append((route.trial_id, decide, route.execution_site))
+                plan.append((route.trial_id, decide, route.execution_site, route.decided))
                 if not route.prompt_retention:
                     content_free.add(route.trial_id)
         if not plan:
             continue
         if ex.redacted:
-            for trial_id, _, _ in plan:
+            for trial_id, _, _, _ in plan:
                 counts[(trial_id, "skipped_redacted")] += 1
             continue
-        for trial_id, decide, site in plan:
+        for trial_id, decide, site, decided in plan:
             if not decide(ex.exchange_id):
                 not_sampled[trial_id] = not_sampled.get(trial_id, 0) + 1
+            elif decided:  # stopped on its decision: counted, never run (sidecar.trials.decided)
+                counts[(trial_id, "after_decision")] += 1
             elif outbox_full:
                 counts[(trial_id, "shed_outbox_full")] += 1
                 outbox_shed += 1

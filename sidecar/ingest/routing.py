@@ -1,5 +1,9 @@
 """Which running trials an exchange goes to: an immutable table the tap reads.
 
+A trial that stopped on its decision (``decided``) stays in the table, flagged, until an
+operator stops or promotes it: its later exchanges are counted (``not_sampled`` or
+``after_decision``), never dispatched.
+
 The tap matches every exchange against the running trials without touching
 the store. :class:`Routes` is immutable and swapped whole, so a reader on any
 thread sees one consistent table. :class:`RoutingTable` holds the current
@@ -33,11 +37,16 @@ class Route:
     execution_site: str
     #: False: the team's content is never stored, not even in the intake journal.
     prompt_retention: bool = True
+    #: True: the trial stopped on its decision (status ``decided``, :mod:`sidecar.trials.decided`):
+    #: still matched and sampled, so its later exchanges are counted, but a sampled one is counted
+    #: ``after_decision`` and never handed to a sink.
+    decided: bool = False
 
     @classmethod
     def of(cls, r: TrialRecord) -> Route:
         return cls(
-            r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site, r.prompt_retention
+            r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site, r.prompt_retention,
+            r.status == "decided",
         )
 
     def matches(self, exchange: Exchange) -> bool:

@@ -62,6 +62,7 @@ def summary(r: TrialRecord) -> dict[str, Any]:
         "ended_at": r.ended_at,
         "started_by": r.started_by,
         "source": source_view(r),
+        "on_decision": r.on_decision,
     }
 
 
@@ -73,11 +74,18 @@ def source_view(r: TrialRecord) -> dict[str, Any]:
             "fed": r.replay_fed}
 
 
+#: A paused trial (``starter_unauthorized``, ``posture_changed``) reads this, never "Inconclusive"
+#: (DESIGN.md section 8; issue 26, item 4): it is neither running nor ended.
+PAUSED_WORDING = "Paused"
+_PAUSED = ("starter_unauthorized", "posture_changed")
+
+
 def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
     ended = r.status != "running"
+    wording = traffic_wording(ev.verdict, ended=ended, promoted=r.status == "adopted")
     return {
         "code": ev.verdict,
-        "wording": traffic_wording(ev.verdict, ended=ended, promoted=r.status == "adopted"),
+        "wording": PAUSED_WORDING if r.status in _PAUSED else wording,
         "evidence": "traffic",
         "cases": ev.n,
         "mean_score": ev.mean_score,

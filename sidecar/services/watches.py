@@ -28,6 +28,8 @@ from sidecar.store.watch_logic import alert_outbox
 from sidecar.store.watch_records import AlertRow, WatchRecord
 
 DAY_S = 86_400.0
+#: Paused trial statuses (as :data:`sidecar.services.trials.PAUSED`): shown on Live as needing attention.
+PAUSED_STATUSES = ("starter_unauthorized", "posture_changed")
 
 #: ``GET /v1/results`` filters.
 RESULT_PARAMS = ("team", "status", "model", "since", "until")
@@ -206,7 +208,13 @@ class WatchService:
         teams = visible(principal)
         none = teams is not None and not teams
         firing = [] if none else [alert_view(a) for a in await ctx.store.list_alerts(teams=teams, status="firing")]
+        # Issue 26, item 3: an acknowledged alert stays on Live (who, when) until it is resolved.
+        acked = [] if none else [alert_view(a) for a in await ctx.store.list_alerts(teams=teams, status="acknowledged")]
+        unresolved = [await self._next_steps(a) for a in firing + acked]
         running = [] if none else await ctx.store.list_trials(teams=teams, status="running", kind="trial")
+        # Issue 26, item 4: paused trials need attention (resume or stop), never worded Inconclusive.
+        paused = [] if none else [r for status in PAUSED_STATUSES
+                                  for r in await ctx.store.list_trials(teams=teams, status=status, kind="trial")]
         watches = [] if none else await ctx.store.list_watches(teams=teams, status="active")
         now = ctx.clock()
         midnight = _dt.datetime.fromtimestamp(now, tz=_dt.timezone.utc).replace(
@@ -231,7 +239,7 @@ class WatchService:
         running_items = [await live_item(ctx.views, r) for r in running]
         watch_items = [await self.view(w) for w in watches]
         return {
-            "alerts": firing,
+            "alerts": unresolved,
             "tiles": [
                 {"tile": "running_trials", "count": len(running_items)},
                 {"tile": "active_watches", "count": len(watch_items)},
@@ -240,11 +248,25 @@ class WatchService:
                  "last_7_days_micros": windows["last_7_days"]["evaluation"]["charged_micros"]},
             ],
             "running_trials": running_items,
+            "paused_trials": [await live_item(ctx.views, r) for r in paused],
             "watches": watch_items,
             "evaluation_spend": spend,
             "intake": ctx.live.intake(),
             "counters": ctx.live.counts(),
         }
+
+    async def _next_steps(self, alert: dict[str, Any]) -> dict[str, Any]:
+        """An unresolved alert with where it leads: the rollback gate a promotion flow asks
+        (docs/promotion.md), and the trial of the replaced model again — the watch's roles
+        reversed (the new incumbent served, the replaced model as the candidate)."""
+        w = await self._ctx.store.get_watch(alert["watch_id"])
+        steps: dict[str, Any] = {"rollback_gate": "/v1/gates/flagger/rollback",
+                                 "watch_gate": f"/v1/watches/{alert['watch_id']}/gate"}
+        if w is not None:
+            steps["rollback_metadata"] = {"trial": w.trial_id}
+            steps["retrial"] = {"team": w.team, "incumbent_model": w.new_model, "candidate_model": w.old_model,
+                                "route": w.route, "gateway": w.gateway}
+        return {**alert, "next_steps": steps}
 
     # -- results -------------------------------------------------------------------
 

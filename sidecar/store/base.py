@@ -81,6 +81,14 @@ class TrialStore(Protocol):
         ``effects`` are written to the outbox in the same transaction, only when it changed."""
         ...
 
+    async def decide_trial(
+        self, trial_id: str, reason: str, *, now: float, effects: Sequence[OutboxRecord] = ()
+    ) -> TrialRecord | None:
+        """Conditional: a ``running`` trial ends ``decided`` (it stops on its decision). Returns the
+        record after, or None when it was not running (nothing changed). ``effects`` are written to
+        the outbox in the same transaction, only when it changed."""
+        ...
+
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,

@@ -164,6 +164,18 @@ class PostgresStore(PostgresWatches, PostgresRetention):
 
         return await self._tx(fn)
 
+    async def decide_trial(
+        self, trial_id: str, reason: str, *, now: float, effects: Sequence[OutboxRecord] = ()
+    ) -> TrialRecord | None:
+        async def fn(conn: Conn) -> TrialRecord | None:
+            row = await conn.fetchrow(*pg(t.DECIDE, reason, now, trial_id))
+            if row is None:
+                return None
+            await _enqueue(conn, effects, now)
+            return t.trial(row)
+
+        return await self._tx(fn)
+
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,

@@ -8,7 +8,13 @@ from typing import Literal
 from sidecar.store.outbox import OutboxRecord as OutboxRecord  # re-exported: callers name it from here
 from sidecar.store.watch_records import WatchStep
 
-TrialStatus = Literal["running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted"]
+TrialStatus = Literal[
+    "running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted", "decided"
+]
+#: What a trial does once its verdict is decided (``on_decision``): ``stop`` ends it ``decided``
+#: (nothing more is dispatched; its later cases count ``after_decision``), ``continue`` keeps
+#: narrowing the bounds up to ``expected_cases``.
+OnDecision = Literal["stop", "continue"]
 ClaimOutcome = Literal["claimed", "duplicate", "not_running"]
 CaseState = Literal["claimed", "reserved", "dispatched", "finished"]
 LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
@@ -22,7 +28,9 @@ LedgerKind = Literal["reserve", "top_up", "release", "charge", "hold_unknown"]
 #: ``not_at_site`` — the trial is pinned to another execution site and this
 #: process has no sink for it (DESIGN.md rule 7: never run anywhere else);
 #: ``shed_outbox_full`` — the uplink's outbox holds ``uplink.max_outbox_records``
-#: undelivered records, so no new case is sampled (a recorded result is never dropped).
+#: undelivered records, so no new case is sampled (a recorded result is never dropped);
+#: ``after_decision`` — its trial was decided and stops on a decision (``on_decision="stop"``):
+#: nothing was dispatched for it (issue 26).
 OUTCOMES: tuple[str, ...] = (
     "not_sampled",
     "skipped_redacted",
@@ -31,6 +39,7 @@ OUTCOMES: tuple[str, ...] = (
     "shed_cap_busy",
     "shed_outbox_full",
     "not_at_site",
+    "after_decision",
     "cap_reached",
     "candidate_failed",
     "judge_failed",
@@ -43,6 +52,8 @@ def ended_outcome(status: str) -> str | None:
     """The funnel outcome of a case claimed for a trial in ``status`` (None: running, it runs)."""
     if status == "running":
         return None
+    if status == "decided":
+        return "after_decision"
     return "cap_reached" if status == "cap_reached" else "shed_stopped"
 
 
@@ -115,6 +126,8 @@ class TrialRecord:
     kind: str = "trial"
     #: The watch a ``watch`` row belongs to; None for a trial.
     watch_id: str | None = None
+    #: ``stop`` or ``continue`` once decided (:data:`OnDecision`); a watch's day row never stops.
+    on_decision: str = "stop"
 
 
 @dataclass(frozen=True, slots=True)

@@ -335,4 +335,9 @@ MIGRATIONS: tuple[str, ...] = (
                                     AND cases.score_seq IS NOT NULL);
     CREATE INDEX cases_trial_score_seq ON cases (trial_id, score_seq);
     """,
+    # 16: a trial that knows when to stop (issue 26, item 2): ``stop`` ends a decided trial
+    # ``decided``; trials created before keep running after a decision, as they did
+    """
+    ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
+    """,
 )

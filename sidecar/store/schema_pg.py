@@ -316,6 +316,10 @@ MIGRATIONS: tuple[str, ...] = (
                                     AND cases.score_seq IS NOT NULL);
     CREATE INDEX cases_trial_score_seq ON cases (trial_id, score_seq);
     """,
+    # 15: a trial that knows when to stop (issue 26, item 2), as in SQLite's migration 16
+    """
+    ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
+    """,
 )
 
 

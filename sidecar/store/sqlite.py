@@ -155,6 +155,18 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
 
         return await self._write(fn)
 
+    async def decide_trial(
+        self, trial_id: str, reason: str, *, now: float, effects: Sequence[OutboxRecord] = ()
+    ) -> TrialRecord | None:
+        def fn(conn: sqlite3.Connection) -> TrialRecord | None:
+            row = conn.execute(*sq(t.DECIDE, reason, now, trial_id)).fetchone()
+            if row is None:
+                return None
+            _enqueue(conn, effects, now)
+            return t.trial(row)
+
+        return await self._write(fn)
+
     async def resume_trial(
         self, trial_id: str, *, paused: Sequence[str], started_by: str | None,
         execution_site: str | None = None, prompt_retention: bool | None = None,

@@ -46,6 +46,13 @@ END_RUNNING = (
     "UPDATE trials SET status = ?, status_reason = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ? AND status = 'running'"
 )
 
+#: reason, now, id: a running trial ends ``decided`` (issue 26): only from running, so an
+#: operator's stop, a pause or a promotion that came first stands.
+DECIDE = (
+    "UPDATE trials SET status = 'decided', status_reason = ?, ended_at = COALESCE(ended_at, ?) "
+    "WHERE id = ? AND status = 'running' RETURNING *"
+)
+
 POSTURE = "SELECT * FROM team_posture WHERE team = ?"
 LOCK_POSTURE = POSTURE + " {FOR_UPDATE}"
 SEED_POSTURE = (

@@ -81,6 +81,7 @@ SHED_REASONS = {
     "shed_outbox_full": "outbox_full",
     "cap_reached": "cap_reached",
     "not_at_site": "not_at_site",
+    "after_decision": "after_decision",
 }
 
 #: Finish reasons as providers spell them; any other is exported as ``other``.

@@ -111,6 +111,9 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     source: SourceIn | None = None
     #: A replay trial replays at most this many exchanges of its window (default: all of them).
     sample_size: Cases | None = None
+    #: Once decided: ``stop`` (dispatch nothing more; the decision, evidence and spend freeze) or
+    #: ``continue`` (keep narrowing the bounds up to ``expected_cases``).
+    on_decision: Literal["stop", "continue"] = "stop"
 
 
 _create_decoder = msgspec.json.Decoder(TrialCreate)
@@ -272,6 +275,7 @@ def build_trial(
         execution_site=execution_site,
         prompt_retention=prompt_retention,
         created_at=now,
+        on_decision=body.on_decision,
     )
 
 

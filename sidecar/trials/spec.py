@@ -119,4 +119,4 @@ def record_of(spec: TrialSpec) -> TrialRecord:
     )
 
 
-_STATUSES = ("running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized")
+_STATUSES = ("running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "decided")

@@ -134,6 +134,7 @@ async def test_create_by_clicking_reach_verdict_and_stop(tmp_path: Path, browser
             assert (await h.trial(trial_id))["started_by"] == "dev"
 
             await page.get_by_role("button", name="Stop trial").click()
+            await page.locator("#confirm-stop-trial").click()  # irreversible: asked first (issue 26)
             await expect(page.locator("#trial-state")).to_have_text("stopped")
             await expect(page.locator("#stop-trial")).to_have_count(0)
             assert (await h.trial(trial_id))["status"] == "stopped"

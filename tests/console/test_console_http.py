@@ -91,10 +91,14 @@ async def test_writes_need_the_csrf_token_and_the_same_origin(tmp_path: Path) ->
             async with httpx.AsyncClient(base_url=h.sidecar.admin_url) as other:  # another browser's token
                 assert (await other.post(stop, data={"csrf": token})).status_code == 403
             assert (await h.trial(trial["id"]))["status"] == "running"
-            done = await browser.post(stop, data={"csrf": token})
+            # Irreversible: the first post only asks (issue 26, item 4); the confirmation acts.
+            asked = await browser.post(stop, data={"csrf": token})
+            assert asked.status_code == 200 and 'id="confirm-stop-trial"' in asked.text
+            assert (await h.trial(trial["id"]))["status"] == "running"
+            done = await browser.post(stop, data={"csrf": token, "confirm": "yes"})
             assert done.status_code == 303
             assert (await h.trial(trial["id"]))["status"] == "stopped"
-            again = await browser.post(stop, data={"csrf": token})
+            again = await browser.post(stop, data={"csrf": token, "confirm": "yes"})
             assert again.status_code == 409 and "trial_not_running" in again.text
 
 

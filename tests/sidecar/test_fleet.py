@@ -40,6 +40,7 @@ async def create(client: Client, **over: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
         "spend_cap_usd": 10.0, "sample_rate": 1.0, "audit_share": 0.0,
+        "on_decision": "continue",  # every sent case runs, whatever the verdict (issue 26's default stops)
     }
     body.update(over)
     r = await client.admin.post("/v1/trials", json=body)

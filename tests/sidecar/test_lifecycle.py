@@ -110,9 +110,9 @@ class Client:
         await self.tap.aclose()
 
     async def create_trial(self) -> str:
-        body = {
+        body = {  # continue: every sent case runs, whatever the verdict (issue 26's default stops)
             "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
-            "spend_cap_usd": 10.0, "sample_rate": 1.0,
+            "spend_cap_usd": 10.0, "sample_rate": 1.0, "on_decision": "continue",
         }
         r = await self.admin.post("/v1/trials", json=body)
         assert r.status_code == 201, r.text

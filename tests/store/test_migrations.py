@@ -24,7 +24,8 @@ from uplink.collector_store import Held
 
 #: Columns added by the kept-states migration and every one after it.
 NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by", "source", "source_from",
-              "source_to", "source_size", "replay_cursor", "replay_fed", "state_revision", "kind", "watch_id")
+              "source_to", "source_size", "replay_cursor", "replay_fed", "state_revision", "kind", "watch_id",
+              "on_decision")
 
 
 def _before_kept_states(migrations: tuple[str, ...]) -> int:
@@ -92,7 +93,8 @@ async def _version(backend: Backend) -> int:
 
 
 async def test_a_database_from_before_the_kept_states_opens_and_migrates(backend: Backend) -> None:
-    record = trial("t1", route="/chat", prompt_retention=False)
+    # A trial from before ``on_decision`` keeps running after a decision, as it did (issue 26).
+    record = dataclasses.replace(trial("t1", route="/chat", prompt_retention=False), on_decision="continue")
     if backend.kind == "sqlite":
         before, latest = _build_sqlite(backend.url, record), len(schema.MIGRATIONS)
     else:

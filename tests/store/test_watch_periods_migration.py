@@ -37,6 +37,7 @@ def _rows() -> list[tuple[str, dict[str, object]]]:
     day_row = dataclasses.asdict(day)
     for row in (source, day_row):
         row["prompt_retention"] = int(bool(row["prompt_retention"]))
+        del row["on_decision"]  # added by a later migration (issue 26)
     return [("trials", source), ("trials", day_row), ("watches", watch), ("alerts", alert)]
 
 

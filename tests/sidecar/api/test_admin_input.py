@@ -229,7 +229,7 @@ async def test_the_openapi_document_shows_the_ranges(tmp_path: Path) -> None:
     listing = doc["paths"]["/v1/trials"]["get"]
     (status,) = [p for p in listing["parameters"] if p["name"] == "status"]
     assert set(status["schema"]["enum"]) == {"running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized",
-                                             "adopted"}
+                                             "adopted", "decided"}
     assert "400" in listing["responses"]
 
 

@@ -185,7 +185,7 @@ async def test_every_flag_reaches_the_trial(tmp_path: Path, capsys: pytest.Captu
             "trials", "create", "--team", "team-a", "--incumbent", INCUMBENT, "--candidate", "unpriced-model",
             "--cap-usd", "3", "--sample-rate", "0.5", "--route", "chat", "--gateway", "gw-1",
             "--expected-cases", "400", "--tolerance", "0.02", "--min-cases", "30", "--audit-share", "0.2",
-            "--max-tokens", "300", "--judge-model", "unpriced-model", "--judge-rubric", "pairwise-v1",
+            "--on-decision", "continue", "--max-tokens", "300", "--judge-model", "unpriced-model", "--judge-rubric", "pairwise-v1",
             "--judge-max-tokens", "99", "--judge-temperature", "0.5",
             "--candidate-price", "0.5", "2", "--judge-price", "1", "4", "--incumbent-price", "2", "8",
             "--idempotency-key", "all flags", "--json",
@@ -197,7 +197,7 @@ async def test_every_flag_reaches_the_trial(tmp_path: Path, capsys: pytest.Captu
             "team-a", INCUMBENT, "unpriced-model", "chat", "gw-1")
         assert (r.cap_micros, r.sample_rate, r.expected_cases, r.delta, r.min_cases, r.audit_share) == (
             3_000_000, 0.5, 400, 0.02, 30, 0.2)
-        assert r.candidate_max_tokens == 300
+        assert r.candidate_max_tokens == 300 and r.on_decision == "continue"
         assert (r.candidate_price_in, r.candidate_price_out) == (500_000, 2_000_000)
         assert (r.judge_price_in, r.judge_price_out) == (1_000_000, 4_000_000)
         assert (r.incumbent_price_in, r.incumbent_price_out) == (2_000_000, 8_000_000)
