@@ -19,7 +19,8 @@ case of every call whose cost is not known; ``reserved_micros``).
 the run is complete (``final``), its 95% interval (:func:`policies.corpus_verdict.corpus_interval`:
 items are the clusters, their repetitions inside; the expanded case-cluster bootstrap, never of
 zero width), the code of :func:`policies.corpus_verdict.corpus_code` (better or worse only
-beyond the tolerance band) and its corpus wording. While the run is going the results are read
+beyond the tolerance band, read exactly: :mod:`policies.exact_tolerance`) and its corpus
+wording. While the run is going the results are read
 after every item, and a fixed-sample interval read that way is not a 95% interval: no interval
 and no direction is shown (*Inconclusive*, ``final: false``, ``interval_note`` says why), only the
 running estimate. Categorical metrics show each arm's distribution and name no winner. The
@@ -242,8 +243,8 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
             interval = None if withheld or not diffs else got.interval
             # The tolerance read exactly (issue 24, item 13, as the A/B path reads it): a bound
             # exactly at the band is at it, whatever float rounding made of it.
-            code = corpus_code(interval, exact_band(m["kind"], plan.tolerance, scale=scale, baseline_mean=baseline_mean),
-                               grid_of(exact_diffs))
+            exact_limit = exact_band(m["kind"], plan.tolerance, scale=scale, baseline_mean=baseline_mean)
+            code = corpus_code(interval, exact_limit, grid_of(exact_diffs))
             row.update(paired_items=len(diffs), estimate=estimate,
                        interval=None if interval is None else [interval.lower, interval.upper], band=band,
                        small_sample=len(diffs) < 20, withheld="versions_differ" if withheld else None,
