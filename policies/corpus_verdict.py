@@ -66,16 +66,38 @@ IN_PROGRESS = ("run in progress: a fixed-sample interval read after every item i
 Code = Literal["candidate_better", "equivalent", "regression", "inconclusive"]
 
 
-def corpus_code(interval: Interval | None, band: float) -> Code:
+def corpus_code(interval: Interval | None, band: float | Fraction, grid: int | None = None) -> Code:
+    """The code of an interval on a "positive is better" scale against ``band`` (module docs).
+    Every comparison with the band is exact (:mod:`policies.exact_tolerance`, issue 24, item 13):
+    the band is read as the decimal it is written as (or the Fraction given), a bound as the
+    multiple of 1 / ``grid`` it lies within 1e-9 of (:func:`policies.exact_tolerance.grid_of`);
+    "by more than the band" is strict and "within" includes it, so a bound exactly at the band
+    never reads a direction by float rounding."""
     if interval is None:
         return "inconclusive"
-    if interval.lower > band:
+    limit = exact(band)
+    lower, upper = snap(interval.lower, grid), snap(interval.upper, grid)
+    side = beyond(lower, upper, limit)
+    if side == 1:
         return "candidate_better"
-    if interval.upper < -band:
+    if side == -1:
         return "regression"
-    if -band <= interval.lower and interval.upper <= band:
+    if within(lower, limit) and within(upper, limit):
         return "equivalent"
     return "inconclusive"
+
+
+def exact_band(kind: str, tolerance: float, *, scale: tuple[float, float] | None = None,
+               baseline_mean: float | Fraction | None = None) -> Fraction:
+    """:func:`band_for` in exact fractions of the decimals given (what :func:`corpus_code` reads)."""
+    t = exact(tolerance)
+    if kind == "paired_judge":
+        return 2 * t
+    if kind == "absolute_judge" and scale is not None:
+        return t * (exact(scale[1]) - exact(scale[0]))
+    if kind in ("latency", "cost"):
+        return t * abs(exact(baseline_mean or 0.0))
+    return t
 
 
 def t_quantile(p: float, df: int) -> float:

@@ -28,6 +28,8 @@ BENCH = ROOT / "bench"
 FIGURES: dict[str, str] = {
     "betting.py": r"\| \*\*shipped: betting, aGRAPA, hedged\*\* \| [\d.]+% / ",
     "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
+    "corpus_runs.py": (r"\| null \| pref \(paired_judge\) \| \d+ x 2 \| [^|]+ \|[\s\S]*"
+                       r"200 items x 2 with the paired judge: refused, comparison_invocation_limit"),
     "collector_capacity.py": r"one collector replica into PostgreSQL: [\d,]+ records/s",
     "engine_case.py": r"engine CPU per judged case -?\d+ µs",
     "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",

@@ -179,3 +179,14 @@ def test_ab_a_metric_scored_on_one_side_only_is_inconclusive() -> None:
     assert ab_verdict([scored, one_side], errored=False) == "inconclusive"
     assert ab_verdict([ABRow(Interval(0.2, 0.3), 0.05, "higher_is_better", delta=0.25, paired=200), one_side],
                       errored=False) == "inconclusive"
+
+
+def test_group_code_at_exactly_the_band_never_reads_a_direction_by_rounding() -> None:
+    """Issue 24, item 13, for comparison groups: the bounds 0.55 - 0.5 and 0.95 - 1.0 are 1/20
+    and -1/20 exactly (on a grid of 20 items), the band 0.05: at it, never beyond it."""
+    assert 0.55 - 0.5 > 0.05 and 0.95 - 1.0 < -0.05  # what float comparison read
+    assert corpus_code(Interval(0.55 - 0.5, 0.3), 0.05, grid=20) == "inconclusive"  # float: candidate_better
+    assert corpus_code(Interval(-0.3, 0.95 - 1.0), 0.05, grid=20) == "inconclusive"  # float: regression
+    assert corpus_code(Interval(0.95 - 1.0, 0.55 - 0.5), 0.05, grid=20) == "equivalent"  # float: inconclusive
+    assert corpus_code(Interval(0.1, 0.3), 0.05, grid=20) == "candidate_better"
+    assert corpus_code(Interval(-0.3, -0.1), Fraction(1, 20), grid=20) == "regression"

@@ -19,7 +19,8 @@ case of every call whose cost is not known; ``reserved_micros``).
 the run is complete (``final``), its 95% interval (:func:`policies.corpus_verdict.corpus_interval`:
 items are the clusters, their repetitions inside; the expanded case-cluster bootstrap, never of
 zero width), the code of :func:`policies.corpus_verdict.corpus_code` (better or worse only
-beyond the tolerance band) and its corpus wording. While the run is going the results are read
+beyond the tolerance band, read exactly: :mod:`policies.exact_tolerance`) and its corpus
+wording. While the run is going the results are read
 after every item, and a fixed-sample interval read that way is not a 95% interval: no interval
 and no direction is shown (*Inconclusive*, ``final: false``, ``interval_note`` says why), only the
 running estimate. Categorical metrics show each arm's distribution and name no winner. The
@@ -35,11 +36,13 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
+from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
 from policies.bootstrap import bootstrap_identity
 from policies.case_means import paired_cases, run_spread
-from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds
+from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds, exact_band
+from policies.exact_tolerance import exact_mean, grid_of
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
 from sidecar.collector.corpus.plan import GroupPlan
@@ -160,6 +163,18 @@ def _arm_view(plan: GroupPlan, arm: str, latest: dict[Key, AttemptRecord],
     }
 
 
+def _exact_case_deltas(shared: Sequence[tuple[str, str, int]], base: dict[tuple[str, str, int], ScoreRecord],
+                       cand: dict[tuple[str, str, int], ScoreRecord], sign: int) -> list[Fraction]:
+    """Per-case differences (matching repetitions' means, candidate - baseline, times ``sign``) in
+    exact fractions of the scores' decimals: what the grid of the interval's bounds is read from."""
+    by_case: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for k in shared:
+        b, c = by_case[k[:2]]
+        b.append(base[k].value or 0.0)
+        c.append(cand[k].value or 0.0)
+    return [sign * ((exact_mean(c) or Fraction(0)) - (exact_mean(b) or Fraction(0))) for b, c in by_case.values()]
+
+
 def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict[str, list[ScoreRecord]],
              cancelled: set[str], *, complete: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -199,6 +214,7 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
             if m["kind"] == "paired_judge":
                 clusters = {k: [s.value or 0.0 for s in ss if s.paired_with is not None] for k, ss in cand.items()}
                 diffs = [sum(v) / len(v) for v in clusters.values() if v]
+                exact_diffs = [exact_mean(v) or Fraction(0) for v in clusters.values() if v]
                 estimate = None if not diffs else math.fsum(diffs) / len(diffs)
                 baseline_mean = None
                 versions = {s.version for ss in cand.values() for s in ss}
@@ -211,6 +227,7 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
                                       for k in shared)
                 sign = -1.0 if m["direction"] == "lower" else 1.0
                 diffs = [sign * d for d in paired.deltas]
+                exact_diffs = _exact_case_deltas(shared, b_scored, c_scored, -1 if m["direction"] == "lower" else 1)
                 estimate = None if paired.mean_delta is None else sign * paired.mean_delta
                 baseline_mean = paired.baseline_mean
                 versions = {s.version for k in shared for s in (b_scored[k], c_scored[k])}
@@ -224,7 +241,10 @@ def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict
                                                                      f"{m['name']}/{arm.name}"),
                                   bounds=delta_bounds(m["kind"], scale=scale), complete=complete)
             interval = None if withheld or not diffs else got.interval
-            code = corpus_code(interval, band)
+            # The tolerance read exactly (issue 24, item 13, as the A/B path reads it): a bound
+            # exactly at the band is at it, whatever float rounding made of it.
+            exact_limit = exact_band(m["kind"], plan.tolerance, scale=scale, baseline_mean=baseline_mean)
+            code = corpus_code(interval, exact_limit, grid_of(exact_diffs))
             row.update(paired_items=len(diffs), estimate=estimate,
                        interval=None if interval is None else [interval.lower, interval.upper], band=band,
                        small_sample=len(diffs) < 20, withheld="versions_differ" if withheld else None,
