@@ -51,6 +51,7 @@ async def test_two_sidecars_and_a_sigkill_fold_one_stream_to_the_same_decision(
         r = await a.admin.post("/v1/trials", json={
             "team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
             "spend_cap_usd": 10.0, "sample_rate": 1.0, "audit_share": 0.0,
+            "on_decision": "continue",  # the stream is folded past its decision, by both sidecars
         })
         assert r.status_code == 201, r.text
         tid = r.json()["id"]
