@@ -12,8 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from sidecar.collector.server import CollectorServer
 from sidecar.export.answers import ControlPlaneAnswers
+from sidecar.ingest.claims import Claim
+from sidecar.ingest.wire import Exchange
 from tests.harness import Harness, exchange, wait_for
 from tests.uplink.kit import UplinkKit
 from tests.uplink.test_control_plane_e2e import Collector, _cut_over, sidecar_toml
@@ -65,21 +69,29 @@ async def test_a_cap_reached_at_the_collector_stops_the_sidecars_forwarding_and_
                 return any(b'"status":"cap_reached"' in body for _, body in kit.held("trial_spec"))
 
             await wait_for(spec_sent, what="the sidecar's cap_reached trial_spec at the collector")
+
+            # 4. Claims the tap had sampled before the answer and the forwarder not yet written:
+            #    forwarded no more, each counted here with the collector's outcome.
+            in_flight = [Claim(tid, msgspec.convert(exchange(i), Exchange)) for i in range(35, 38)]
+            assert h.runtime.forwarder.handoff.offer_many(in_flight) == 3
             local: dict[str, Any] = {}
 
             async def all_counted() -> bool:
                 view.update(await c.trial(tid) or {})
                 local.update(await h.trial(tid))
-                return int(sum(view["funnel"].values())) == 25
+                return (int(sum(view["funnel"].values())) == 25
+                        and local["funnel"]["outcomes"].get("cap_reached", 0) == 3)
 
-            await wait_for(all_counted, what="the 5 forwarded before the answer counted at the collector")
+            await wait_for(all_counted, what="the 5 forwarded before the answer counted at the collector, the 3 "
+                                             "held here counted here")
+            assert h.runtime.forwarder.forwarded == forwarded
     at_collector = Counter({k: n for k, n in view["funnel"].items() if n})
     at_sidecar = Counter({k: n for k, n in local["funnel"]["outcomes"].items() if n})
     print(f"\ncap reached at the control plane: collector funnel {dict(at_collector)}; sidecar funnel "
           f"{dict(at_sidecar)} (stopped forwarding); {sum(at_collector.values()) + sum(at_sidecar.values())} "
-          "of 25 sampled")
-    assert at_collector["cap_reached"] >= 1 and at_sidecar == Counter()
-    assert sum(at_collector.values()) + sum(at_sidecar.values()) == 25, "both sites' funnels add up"
+          "of 28 sampled")
+    assert at_collector["cap_reached"] >= 1 and at_sidecar == Counter({"cap_reached": 3})
+    assert sum(at_collector.values()) + sum(at_sidecar.values()) == 28, "both sites' funnels add up"
 
 
 async def test_an_exchange_refused_at_the_collector_is_counted_at_the_sidecar(tmp_path: Path) -> None:
