@@ -255,7 +255,8 @@ class Runtime:
         if self.config.uplink.enabled:
             try:
                 # The collector's answers flow back: trials it no longer runs, exchanges it refused.
-                answers = ControlPlaneAnswers(self.store, self.forwarder, self.funnel, clock=self.clock)
+                answers = ControlPlaneAnswers(self.store, self.forwarder, self.funnel, clock=self.clock,
+                                             routing=self.routing)
                 self.delivery = open_delivery(self.config.uplink, self.store, on_answer=answers)
             except ValueError as exc:
                 await self.stop()

@@ -97,6 +97,9 @@ class EngineSettings:
 
 #: How often pending funnel counts are written to the store.
 FUNNEL_FLUSH_S = 0.5
+#: With an uplink, each team's posture record is sent again every this many heartbeats, changed
+#: or not (one content-free record per team): a collector that lost it learns it again.
+POSTURE_RESEND_BEATS = 6
 #: The longest a trial with new judged cases waits for its fold (see :meth:`Engine.fold`).
 FOLD_AT_LEAST_S = 30.0
 
@@ -148,8 +151,11 @@ class Engine:
         #: This process in the fleet's case ledger.
         self.owner = f"{uuid.uuid4().hex[:12]}"
         #: Per team, the posture last put in the outbox for the collector (content uplink,
-        #: retention, site): a record is sent only when it changes (and once per process life).
+        #: retention, site): a record is sent when it changes, once per process life, and every
+        #: :data:`POSTURE_RESEND_BEATS` heartbeats.
         self._posture_sent: dict[str, tuple[bool, bool, str]] = {}
+        #: Heartbeats since the posture records were last sent whole (:data:`POSTURE_RESEND_BEATS`).
+        self._posture_beats = 0
         self.in_flight = 0
         self.recovered: list[str] = []
         #: Cases judged here since each trial's last fold, and in all (see :meth:`fold`).
@@ -498,11 +504,16 @@ class Engine:
             return
         assert self._store is not None
         retention = dict(s.posture_teams)
+        self._posture_beats += 1
+        resend = self._posture_beats >= POSTURE_RESEND_BEATS
         paused = await report_and_pause(
             self._store, teams=[t for t, _ in s.posture_teams], gateway=s.gateway, content_uplink=s.content_uplink,
             now=self.clock(), stale_after_s=s.uplink_stale_seconds, default_retention=lambda team: retention[team],
             sent=self._posture_sent if s.report_recovered else None,  # with an uplink: tell the collector
+            resend=resend,
         )
+        if resend:
+            self._posture_beats = 0
         for trial_id in paused:
             log.warning("trial %s paused posture_changed: its team's posture moved", trial_id)
             self.routing.remove(trial_id)

@@ -30,12 +30,15 @@ def pause_reason(site: str, retention: bool) -> str:
 async def report_and_pause(
     store: Store, *, teams: Sequence[str], gateway: str, content_uplink: bool, now: float, stale_after_s: float,
     default_retention: Callable[[str], bool], sent: dict[str, tuple[bool, bool, str]] | None = None,
+    resend: bool = False,
 ) -> list[str]:
     """Report ``gateway``'s content uplink for each of ``teams`` at ``now``, then pause per team
     the running trials the posture now moves. ``default_retention(team)``: the config's
     retention of a team with no stored posture. With ``sent`` (the sidecar has an uplink: what
     it last sent per team), a team whose posture differs from it gets a ``posture`` record in
-    the outbox for the collector (:class:`uplink.schema.PostureRecord`), and ``sent`` is updated.
+    the outbox for the collector (:class:`uplink.schema.PostureRecord`), and ``sent`` is updated;
+    with ``resend`` too every team gets one, changed or not (a collector restarted with an empty
+    store, or a record lost on the way, leaves it with a stale posture otherwise).
     Returns the ids paused."""
     paused: list[str] = []
     for team in teams:
@@ -47,7 +50,7 @@ async def report_and_pause(
             reports_of(await store.gateway_reports(team)), prompt_retention=retention, cut_over=cut_over, now=now,
             stale_after_s=stale_after_s,
         )
-        if sent is not None and sent.get(team) != (content_uplink, retention, site):
+        if sent is not None and (resend or sent.get(team) != (content_uplink, retention, site)):
             record = PostureRecord(id=f"posture:{team}:{gateway}:{int(now * 1e6)}", team=team, gateway=gateway,
                                    revision=int(now * 1e6), at=now, content_uplink=content_uplink,
                                    prompt_retention=retention, site=site)

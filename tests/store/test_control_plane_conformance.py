@@ -145,3 +145,25 @@ async def test_collected_exchanges_are_a_teams_traffic_of_trials_still_pinned_he
     rest = await store.collected_exchanges("team-a", after_seq=first[-1][0], limit=10)
     assert [body for _, body in first + rest] == [b'{"i": 0}', b'{"i": 1}', b'{"i": 2}']
     assert [body for _, body in await store.collected_exchanges("team-b", after_seq=0, limit=10)] == [b'{"i": 5}']
+
+
+@pytest.mark.collector_store
+async def test_only_the_latest_posture_record_per_sidecar_and_team_is_kept(store: ControlPlaneStore) -> None:
+    """Posture records come every few heartbeats: older ones of the same (sidecar, team) are
+    pruned as a later one is stored. A pruned id is stored again when it comes again (and
+    pruned at once), while a kept one is not — which is how this test sees what is held."""
+    def posture(rid: str, rev: int, team: str = "a", sidecar: str = "s1") -> Held:
+        return Held(id=rid, kind="posture", sidecar_id=sidecar, body=rid.encode(), received_at=1.0, team=team,
+                    revision=rev)
+
+    p1, p2, p3 = posture("posture:a:gw:1", 1), posture("posture:a:gw:2", 2), posture("posture:a:gw:3", 3)
+    other_sidecar, other_team = posture("posture:a:gw2:1", 1, sidecar="s2"), posture("posture:b:gw:1", 1, team="b")
+    assert await store.put_collected([p1, p2, other_sidecar, other_team]) == [p1.id, p2.id, other_sidecar.id,
+                                                                              other_team.id]
+    assert await store.latest_posture("a") == b"posture:a:gw:2"
+    assert await store.put_collected([p1]) == [p1.id], "the older record of (s1, a) was pruned"
+    assert await store.put_collected([p2, other_sidecar, other_team]) == [], "the latest of each (sidecar, team) kept"
+    assert await store.latest_posture("a") == b"posture:a:gw:2", "a late older copy does not count"
+    assert await store.put_collected([p3]) == [p3.id]
+    assert await store.put_collected([p1, p2]) == [p1.id, p2.id], "both pruned by the later record"
+    assert await store.latest_posture("a") == b"posture:a:gw:3" and await store.latest_posture("b") == b"posture:b:gw:1"

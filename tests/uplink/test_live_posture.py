@@ -73,3 +73,32 @@ async def test_a_sidecar_sends_its_posture_and_a_collector_listing_no_team_takes
     print(f"\nlive posture: {len(postures)} posture record(s) held, the last {postures[-1].decode()}; "
           f"exchanges held {len(kit.held('exchange'))}")
     assert view["funnel"]["outcomes"].get("not_at_site", 0) == 0
+
+
+async def test_a_collector_restarted_with_an_empty_store_learns_the_posture_with_no_change_at_the_sidecar(
+    tmp_path: Path,
+) -> None:
+    """The posture is sent again every few heartbeats, changed or not: a collector that lost it
+    (restarted on an empty store here; a lost record alike) learns it again, no trial needed."""
+    kit = UplinkKit(tmp_path)
+    collector = kit.collector()
+    await collector.start()
+    try:
+        port = collector.port
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, collector.url), lease_seconds=0.6) as h:
+            await _cut_over(h, True)
+
+            async def heard() -> bool:
+                return any(b'"site":"control_plane"' in b for _, b in kit.held("posture"))
+
+            await wait_for(heard, what="the sidecar's posture at the collector")
+            await collector.stop()
+            for path in tmp_path.glob(kit.db.name + "*"):  # its database and its journal files
+                path.unlink()
+            assert kit.held("posture") == []
+            collector = kit.collector(port=port)  # back on the same port, its posture table empty
+            await collector.start()
+            await wait_for(heard, what="the unchanged posture sent again to the restarted collector")
+    finally:
+        await collector.stop()

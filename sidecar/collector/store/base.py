@@ -31,7 +31,8 @@ class CollectedStore(Protocol):
 
     async def put_collected(self, records: Sequence[Held]) -> list[str]:
         """Keep each record unless its id is held already (the first copy wins), in one
-        transaction; the ids stored now."""
+        transaction; the ids stored now. Of ``posture`` records only the latest per (sidecar,
+        team) stays (:mod:`sidecar.collector.store.posture_prune`)."""
         ...
 
     async def collected_trials(self) -> list[dict[str, object]]:

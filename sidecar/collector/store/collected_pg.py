@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, TypeVar
 
+from sidecar.collector.store.posture_prune import PRUNE_POSTURES, posture_keys
 from uplink.collector_store import Held
 
 T = TypeVar("T")
@@ -36,6 +37,8 @@ class PostgresCollected:
                 [r.team for r in records], [r.trial_id for r in records], [r.exchange_id for r in records],
                 [r.revision for r in records], [r.body for r in records], [r.received_at for r in records],
             )
+            for sidecar_id, team in posture_keys(records):
+                await conn.execute(PRUNE_POSTURES, sidecar_id, team)
             stored = {row["id"] for row in rows}
             out: list[str] = []
             for r in records:

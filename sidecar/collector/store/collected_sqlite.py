@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
+from sidecar.collector.store.posture_prune import PRUNE_POSTURES, PRUNE_POSTURES_SQLITE, posture_keys
 from uplink.collector_store import Held
 
 T = TypeVar("T")
@@ -28,6 +29,8 @@ class SQLiteCollected:
                 )
                 if cur.rowcount == 1:
                     stored.append(r.id)
+            for sidecar_id, team in posture_keys(records):
+                conn.execute(PRUNE_POSTURES_SQLITE, (sidecar_id, team, sidecar_id, team))
             return stored
 
         return await self._write(fn)

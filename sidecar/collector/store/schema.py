@@ -58,6 +58,9 @@ CREATE TABLE collected_records (
 CREATE INDEX collected_records_trial ON collected_records (trial_id, kind);
 """
 
+#: An index, not a table: ``creates`` names it (PostgreSQL's ``to_regclass`` finds an index too).
+_POSTURE_INDEX = "CREATE INDEX collected_records_posture ON collected_records (kind, team, sidecar_id, revision);"
+
 SQLITE: tuple[Migration, ...] = (
     Migration("collected_records",
               _COLLECTED.format(SERIAL="INTEGER", AUTOINCREMENT=" AUTOINCREMENT", INT="INTEGER", BLOB="BLOB",
@@ -72,6 +75,8 @@ SQLITE: tuple[Migration, ...] = (
     Migration("comparison_templates", templates_schema.SQLITE),
     # 5: a fleet of collectors shares a group's items by lease; a run's named error (issue 25)
     Migration("comparison_item_leases", corpus_runs_schema.LEASES_SQLITE),
+    # 6: a team's latest posture read, and older ones pruned, per batch without a scan (issue 25)
+    Migration("collected_records_posture", _POSTURE_INDEX),
 )
 
 POSTGRES: tuple[Migration, ...] = (
@@ -82,6 +87,7 @@ POSTGRES: tuple[Migration, ...] = (
     Migration("comparison_runs", corpus_runs_schema.POSTGRES),
     Migration("comparison_templates", templates_schema.POSTGRES),
     Migration("comparison_item_leases", corpus_runs_schema.LEASES_POSTGRES),
+    Migration("collected_records_posture", _POSTURE_INDEX),
 )
 
 
