@@ -40,6 +40,9 @@ ENDED = ("cap_reached", "stopped", "completed")
 _LOCAL = {"cap_reached": "cap_reached", "stopped": "stopped", "completed": "stopped",
           "posture_changed": "posture_changed", "starter_unauthorized": "starter_unauthorized"}
 REASON = "the control plane no longer runs it ({status})"
+#: The collector's copy stopped on its decision (issue 26): not an end and not a pause — the
+#: trial stays routed, flagged, so its later sampled exchanges are counted ``after_decision``.
+DECIDED = "decided"
 
 
 class ControlPlaneAnswers:
@@ -70,6 +73,9 @@ class ControlPlaneAnswers:
             await self._halt(trial_id, status)
 
     async def _halt(self, trial_id: str, status: str) -> None:
+        if status == DECIDED:
+            await self._decided(trial_id)
+            return
         ended = status in ENDED
         if ended and self._forwarder is not None:  # final: a pause is undone by a resume, which routes it again
             self._forwarder.halt(trial_id, "cap_reached" if status == "cap_reached" else "shed_stopped")
@@ -88,3 +94,22 @@ class ControlPlaneAnswers:
                             status)
         if self._routing is not None:  # not running here now: the tap samples it no more, from this moment
             self._routing.remove(trial_id)
+
+    async def _decided(self, trial_id: str) -> None:
+        """The collector's copy decided and stopped dispatching: what the forwarder still holds is
+        counted ``after_decision``; the trial here reads ``decided`` (promotable, stoppable) and
+        stays in the tap's routes flagged, so later sampled exchanges are ``after_decision`` too."""
+        if self._forwarder is not None:
+            self._forwarder.halt(trial_id, "after_decision")
+        record = await self._store.get_trial(trial_id)
+        if record is None or record.execution_site != SITE or record.status != "running":
+            return
+        reason, now = REASON.format(status=DECIDED), self._clock()
+        after, changed = await self._store.set_trial_status(
+            trial_id, DECIDED, reason, ended=False, now=now,
+            effects=spec_effects(record, status=DECIDED, reason=reason, at=now),
+        )
+        if changed:
+            log.info("trial %s: decided at the control plane; its exchanges are no longer forwarded", trial_id)
+        if after is not None and self._routing is not None:
+            self._routing.add(after)

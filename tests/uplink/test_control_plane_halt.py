@@ -141,3 +141,28 @@ async def test_a_pause_at_the_collector_pauses_the_trial_here_and_its_resume_for
 
             await wait_for(held, what="the resumed trial's 4 exchanges forwarded to the collector")
             assert (await c.trial(tid) or {}).get("status") == "running"
+
+
+async def test_a_decision_at_the_collector_reads_decided_here_and_later_exchanges_count_after_decision(
+    tmp_path: Path,
+) -> None:
+    """A control-plane trial that stopped on its decision at the collector (issue 26) is neither
+    an end nor a pause here: it reads ``decided`` (never ``posture_changed``), stays routed and
+    flagged, and what is sampled after it is counted ``after_decision``, never forwarded."""
+    kit = UplinkKit(tmp_path, content_teams=("team-a",))
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url), refresh_seconds=60.0) as h:
+            assert h.admin and h.runtime.forwarder is not None
+            await _cut_over(h, True)
+            tid = (await h.create_trial())["id"]
+            rt = h.runtime
+            answers = ControlPlaneAnswers(rt.store, rt.forwarder, rt.funnel, clock=rt.clock, routing=rt.routing)
+            await answers(Ack(acked=[], trials={tid: "decided"}))
+            assert (await h.trial(tid))["status"] == "decided"
+            assert rt.forwarder.halted == {tid: "after_decision"}
+            route = rt.routing.current.get(tid)
+            assert route is not None and route.decided, "still routed, flagged decided"
+            assert (await h.send([exchange(i) for i in range(3)]))["sampled"] == 0
+            assert (await h.trial(tid))["funnel"]["outcomes"].get("after_decision", 0) == 3
+            assert kit.held("exchange") == [], "nothing forwarded after the decision"
