@@ -123,6 +123,24 @@ def openapi_document() -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/traces": {
+                "post": {
+                    "summary": "Hand over OTLP/HTTP trace exports (tap listener): GenAI chat spans become "
+                               "exchanges (docs/integrations.md)",
+                    "description": "An ExportTraceServiceRequest, protobuf or JSON, gzip or not. The answer is an "
+                                   "ExportTraceServiceResponse in the request's encoding, with partial_success "
+                                   "naming rejected spans. The team is a configured resource attribute or a "
+                                   "single-team gateway JWT's, never a span attribute unless configured.",
+                    "requestBody": {"content": {
+                        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                        "application/json": {"schema": {"type": "object"}},
+                    }},
+                    "responses": {
+                        "200": {"description": "ExportTraceServiceResponse (partial_success when spans were rejected)"},
+                        **_errors(400, 401, 403, 408, 413, 415),
+                    },
+                }
+            },
             "/v1/trials": {
                 "post": {
                     "summary": "Create a trial",
@@ -215,7 +233,7 @@ def openapi_document() -> dict[str, Any]:
         for operation in item.values():
             if path in PUBLIC_PATHS:
                 operation["security"] = []
-            elif path in ("/v1/exchanges", "/v1/integrations/litellm"):
+            elif path in ("/v1/exchanges", "/v1/integrations/litellm", "/v1/traces"):
                 operation["security"] = [{"tapToken": []}, {}]
             else:
                 operation["responses"].update(_errors(401))
