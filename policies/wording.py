@@ -26,6 +26,10 @@ TRAFFIC_WORDING: Mapping[str, str] = MappingProxyType(
     }
 )
 TRAFFIC_ENDED_INCONCLUSIVE = "Inconclusive"
+#: A paused trial (``starter_unauthorized``, ``posture_changed``) reads this, never "Inconclusive":
+#: it is neither running nor ended (issue 26, item 4).
+PAUSED = "Paused"
+PAUSED_STATUSES: tuple[str, ...] = ("starter_unauthorized", "posture_changed")
 
 CORPUS_WORDING: Mapping[str, str] = MappingProxyType(
     {
@@ -64,6 +68,16 @@ def traffic_wording(code: VerdictCode, *, ended: bool, promoted: bool) -> str:
     if code == "inconclusive" and ended:
         return TRAFFIC_ENDED_INCONCLUSIVE
     return TRAFFIC_WORDING[code]
+
+
+def trial_status_wording(code: VerdictCode, *, status: str) -> str:
+    """The label of a trial's traffic verdict given its ``status``: "Paused" while paused,
+    "Adopted" once adopted, else :func:`traffic_wording` (ended unless ``running``; a
+    ``decided`` trial reads its decided verdict)."""
+    _check(code)
+    if status in PAUSED_STATUSES:
+        return PAUSED
+    return traffic_wording(code, ended=status != "running", promoted=status == "adopted")
 
 
 def corpus_wording(code: VerdictCode) -> str:

@@ -208,6 +208,10 @@ class TrialSpec(_Record, frozen=True, tag="trial_spec"):
     route: str | None = None
     gateway: str | None = None
     started_by: str | None = None
+    #: What the trial does once decided: ``stop`` or ``continue`` (issue 26). A spec without it
+    #: was written by a sidecar from before the setting, whose trials ran to ``expected_cases``:
+    #: read as ``continue``, as the sidecar's own store reads such a trial's row.
+    on_decision: str | None = None
 
 
 class PostureRecord(_Record, frozen=True, tag="posture"):

@@ -3,8 +3,8 @@
 - ``GET /v1/trials/{trial_id}/gate`` and ``GET /v1/watches/{watch_id}/gate``: the documents
   Argo Rollouts' ``web`` metric reads; authenticated like every admin route (a bearer token;
   Argo's ``headers`` carry it).
-- ``POST /v1/gates/flagger/confirm-promotion`` and ``POST /v1/gates/flagger/rollback``: Flagger's
-  webhooks. A Flagger webhook sends no headers of its own, so these two paths authenticate
+- ``POST /v1/gates/flagger/confirm-promotion``, ``.../rollback``, ``.../pre-rollout`` and
+  ``.../rollout``: Flagger's webhooks. A Flagger webhook sends no headers of its own, so these paths authenticate
   here rather than in the middleware (:data:`FLAGGER_PREFIX` is delegated): the ``Authorization``
   header when one is sent, else the token in the payload's ``metadata.token`` — verified by the
   same verifier and revocations, never logged or echoed. Without either, ``401`` as anywhere.
@@ -73,6 +73,22 @@ async def confirm_promotion(request: web.Request) -> web.Response:
     return _json(await request.app[GATES].confirm_promotion(principal, payload))
 
 
+async def pre_rollout(request: web.Request) -> web.Response:
+    got = await _flagger(request)
+    if isinstance(got, web.Response):
+        return got
+    principal, payload = got
+    return _json(await request.app[GATES].advance(principal, payload, "pre-rollout"))
+
+
+async def rollout(request: web.Request) -> web.Response:
+    got = await _flagger(request)
+    if isinstance(got, web.Response):
+        return got
+    principal, payload = got
+    return _json(await request.app[GATES].advance(principal, payload, "rollout"))
+
+
 async def rollback(request: web.Request) -> web.Response:
     got = await _flagger(request)
     if isinstance(got, web.Response):
@@ -86,4 +102,6 @@ GATE_ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/v1/watches/{watch_id}/gate", watch_gate),
     ("POST", f"{FLAGGER_PREFIX}/confirm-promotion", confirm_promotion),
     ("POST", f"{FLAGGER_PREFIX}/rollback", rollback),
+    ("POST", f"{FLAGGER_PREFIX}/pre-rollout", pre_rollout),
+    ("POST", f"{FLAGGER_PREFIX}/rollout", rollout),
 )

@@ -47,4 +47,16 @@ def gate_paths(errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
             "requestBody": body,
             "responses": {"200": {"description": "roll back"}, **errors(400, 401, 404, 409)},
         }},
+        "/v1/gates/flagger/pre-rollout": {"post": {
+            "summary": "Flagger pre-rollout webhook: 200 while the named trial exists and is not Rejected, "
+                       "409 trial_rejected once it is",
+            "requestBody": body,
+            "responses": {"200": {"description": "the trial's gate document: advance"}, **errors(400, 401, 404, 409)},
+        }},
+        "/v1/gates/flagger/rollout": {"post": {
+            "summary": "Flagger rollout webhook (each analysis iteration): 200 while the named trial is not "
+                       "Rejected, 409 trial_rejected once it is (the canary halts, then rolls back)",
+            "requestBody": body,
+            "responses": {"200": {"description": "the trial's gate document: advance"}, **errors(400, 401, 404, 409)},
+        }},
     }

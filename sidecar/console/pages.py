@@ -116,8 +116,11 @@ async def results_page(request: web.Request) -> web.Response:
         raise BadRequest(f"status must be one of {', '.join(STATUSES)}, got {filters['status']!r}", field="status")
     if filters["team"]:
         check_team(filters["team"])
-    answer = await state(request).watches.results(principal(request), {k: v for k, v in filters.items() if v})
-    return render(request, "results.html", nav="results", filters=filters, traffic=answer["traffic"],
+    p = principal(request)
+    answer = await state(request).watches.results(p, {k: v for k, v in filters.items() if v})
+    # A paused row offers Resume and Stop where the role allows (Stop asks first, as on the trial page).
+    actions = {"paused": PAUSED, "writable": {t["team"] for t in answer["traffic"] if can_write(p, t["team"])}}
+    return render(request, "results.html", nav="results", filters=filters, traffic=answer["traffic"], actions=actions,
                   corpus=answer["corpus"], corpus_source=answer.get("corpus_source") or {},
                   note=answer.get("note", ""), teams=await visible_teams(request),
                   statuses=STATUSES)

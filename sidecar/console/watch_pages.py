@@ -19,6 +19,7 @@ from sidecar.console.pages import can_write, trial_page
 from sidecar.errors import BadRequest, Forbidden
 from sidecar.ingest.wire import encode
 from sidecar.services.promotion import decode_promote
+from sidecar.services.watch_periods import watch_periods
 from sidecar.store.errors import IdempotencyConflict
 
 #: The promote form's fields: (name, kind). A blank field is left out: the API's default applies.
@@ -72,6 +73,7 @@ async def _watch_context(request: web.Request) -> dict[str, Any]:
     alerts = [a for a in await service.alerts(p) if a["watch_id"] == w["id"]]
     history = detector_history(w, await service.detector_path(p, w["id"]))
     return {"w": w, "gauge": detector_gauge(w), "history": history, "alerts": alerts,
+            "periods": watch_periods(w, alerts),
             "may_write": can_write(p, w["team"])}
 
 

@@ -27,7 +27,7 @@ import logging
 import time
 from typing import Callable
 
-from policies.wording import traffic_wording
+from policies.wording import trial_status_wording
 from sidecar.trials.fold import fold_trial
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord, TrialRecord, TrialSnapshot
@@ -61,7 +61,7 @@ async def trial_state(store: Store, snap: TrialSnapshot, *, at: float) -> TrialS
         candidate_model=r.candidate_model,
         execution_site=r.execution_site,
         judge_version_id=r.judge_version_id,
-        verdict=traffic_wording(ev.verdict, ended=r.status != "running", promoted=False),
+        verdict=trial_status_wording(ev.verdict, status=r.status),  # "Paused" while paused
         decision=ev.verdict,
         interval=Interval(ev.sequence.lower, ev.sequence.upper),
         bootstrap=None if ev.interval is None else Interval(ev.interval.lower, ev.interval.upper),

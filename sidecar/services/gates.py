@@ -206,6 +206,18 @@ class GateService:
             return {**await self.trial(principal, trial_id), "promoted": False}
         return {**await self.trial(principal, trial_id), "promoted": created, "watch_id": watch.id}
 
+    async def advance(self, principal: Principal, payload: FlaggerPayload, hook: str) -> dict[str, Any]:
+        """Flagger's ``pre-rollout`` and ``rollout`` webhooks: 200's body (the trial's gate) while
+        the named trial is not Rejected — collecting, adoptable, adopted, paused, inconclusive —
+        so the canary may advance; :class:`Conflict` ``trial_rejected`` once it is, which Flagger
+        counts as a failed check (the canary pauses, then rolls back at its ``threshold``).
+        A trial the caller cannot see is ``404`` (a failed check too)."""
+        trial_id = _trial_named(payload)
+        gate = await self.trial(principal, trial_id)
+        if gate["phase"] == "rejected":
+            raise Conflict(f"trial {trial_id} is Rejected: the {hook} gate halts the canary", code="trial_rejected")
+        return gate
+
     async def rollback(self, principal: Principal, payload: FlaggerPayload) -> dict[str, Any]:
         """200's body when the watch of the trial's promotion has an unresolved alert;
         :class:`Conflict` ``no_alert`` otherwise (no watch yet, or no drift)."""

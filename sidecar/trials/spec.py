@@ -73,6 +73,7 @@ def trial_spec(
         route=record.route,
         gateway=record.gateway,
         started_by=record.started_by if started_by is None else started_by,
+        on_decision=record.on_decision,
     )
 
 
@@ -116,7 +117,19 @@ def record_of(spec: TrialSpec) -> TrialRecord:
         prompt_retention=spec.prompt_retention, created_at=spec.created_at,
         status=spec.status if spec.status in _STATUSES else "stopped",  # type: ignore[arg-type]
         status_reason=spec.status_reason, started_by=spec.started_by,
+        on_decision=on_decision_of(spec),
     )
+
+
+#: What a spec without ``on_decision`` (one sent by a sidecar from before the setting) reads as:
+#: ``continue``, today's behaviour of such a trial, which its own sidecar's store migrated with
+#: the same default (a decision there never stopped it).
+OLD_SPEC_ON_DECISION = "continue"
+
+
+def on_decision_of(spec: TrialSpec) -> str:
+    """The spec's ``on_decision``: ``stop`` or ``continue`` (anything else or none: continue)."""
+    return spec.on_decision if spec.on_decision in ("stop", "continue") else OLD_SPEC_ON_DECISION
 
 
 _STATUSES = ("running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "decided")

@@ -47,3 +47,27 @@ async def test_a_state_per_change_and_none_while_nothing_moves(tmp_path: Path) -
         assert len(await _states(store)) == 4
     finally:
         await store.close()
+
+
+async def test_a_paused_trial_reads_paused_and_a_decided_one_its_verdict(tmp_path: Path) -> None:
+    """Issue 26 item 4: a paused trial is never worded "Inconclusive" on the uplink either, and a
+    trial ended ``decided`` reads the verdict it was decided on."""
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    await store.open()
+    try:
+        for tid in ("paused-a", "paused-b", "lost"):
+            await store.create_trial(trial(tid, cap_micros=1_000_000))
+        for i in range(120):  # the candidate loses every case: decided Rejected
+            await store.claim_case(start(f"c{i}", "lost"))
+            await store.reserve("lost", f"c{i}", 1, kind="reserve", at=1.0)
+            assert await store.finish_case(finish(f"c{i}", "lost", charged=1, score=-1.0), "A")
+        await store.set_trial_status("paused-a", "posture_changed", "posture", ended=False, now=5.0)
+        await store.set_trial_status("paused-b", "starter_unauthorized", "starter", ended=False, now=5.0)
+        await store.set_trial_status("lost", "decided", "decided: regression", ended=True, now=5.0)
+        await StatePublisher(store, clock=lambda: 1000.0).publish()
+        latest = {s["trial_id"]: s for s in await _states(store)}
+        assert latest["paused-a"]["verdict"] == "Paused" and latest["paused-b"]["verdict"] == "Paused"
+        assert (latest["lost"]["status"], latest["lost"]["decision"], latest["lost"]["verdict"]) == (
+            "decided", "regression", "Rejected")
+    finally:
+        await store.close()

@@ -113,7 +113,7 @@ class Flagger:
     async def call(self, client: httpx.AsyncClient, hook: str, metadata: dict[str, str] | None = None) -> int:
         w = self.hooks[hook]
         url = re.sub(r"^https?://[^/]+", self.base, w["url"])
-        payload = {"name": self.name, "namespace": self.namespace, "phase": "Promoting" if hook != "rollback"
+        payload = {"name": self.name, "namespace": self.namespace, "phase": "Promoting" if hook == "confirm-promotion"
                    else "Progressing", "metadata": {**w.get("metadata", {}), **(metadata or {})}}
         r = await client.post(url, json=payload)
         assert r.headers["content-type"].startswith("application/json")
@@ -200,6 +200,34 @@ async def test_flagger_confirm_promotion_held_then_promoted_once_and_rollback_af
             assert (gate["drifting"], gate["healthy"], gate["alert_status"]) == (True, False, "firing")
 
 
+async def test_flagger_pre_rollout_and_rollout_advance_until_the_trial_is_rejected(tmp_path: Path) -> None:
+    """Flagger's ``pre-rollout`` (before traffic moves) and ``rollout`` (each analysis iteration)
+    hooks: a 2xx lets the canary advance, anything else pauses it and, past the analysis
+    ``threshold``, rolls it back. So: 200 while the named trial is not Rejected, 409 once it is."""
+    async with Harness(tmp_path, models=models(), workers=1, auth=True) as h:
+        assert h.sidecar is not None
+        trial = (await h.create_trial(audit_share=0.0, on_decision="stop"))["id"]
+        flagger = Flagger(kind("Canary"), h.sidecar.admin_url)
+        reader = h.token(subject="flagger-ro", roles=("viewer",), teams=("team-a",))
+        other = h.token(subject="flagger-ro", roles=("viewer",), teams=("team-b",))
+        meta = {"trial": trial, "token": reader}
+        async with httpx.AsyncClient() as client:
+            for hook in ("pre-rollout", "rollout"):
+                assert await flagger.call(client, hook, {"trial": trial, "token": ""}) == 401
+                assert await flagger.call(client, hook, {"trial": trial, "token": other}) == 404
+                assert await flagger.call(client, hook, {"trial": "tr_nope", "token": reader}) == 404
+                assert await flagger.call(client, hook, meta) == 200  # Collecting: advance
+            await h.send([planted(i, "1.000", "lose") for i in range(N)])
+            await h.settle(trial, N)
+            assert (await h.trial(trial))["verdict"]["wording"] == "Rejected"
+            assert await flagger.call(client, "pre-rollout", meta) == 409
+            assert await flagger.call(client, "rollout", meta) == 409
+            r = await client.post(f"{h.sidecar.admin_url}/v1/gates/flagger/rollout",
+                                  json={"name": "llm-gateway", "namespace": "gateway", "phase": "Progressing",
+                                        "metadata": meta})
+            assert r.json()["error"]["code"] == "trial_rejected"
+
+
 # -- the documented manifests' field names -------------------------------------------------------
 
 #: Field names, per path, from Argo Rollouts' documentation (AnalysisTemplate, the web metric
@@ -273,7 +301,7 @@ def test_the_documented_manifests_use_only_documented_fields() -> None:
     assert _fields(rollout, "", ARGO_ROLLOUT, ("metadata", "spec.selector", "spec.template")) == []
     assert _fields(canary, "", FLAGGER_CANARY, ("metadata", "spec.analysis.webhooks[].metadata")) == []
     hooks = canary["spec"]["analysis"]["webhooks"]
-    assert {h["type"] for h in hooks} == {"confirm-promotion", "rollback"} <= FLAGGER_HOOK_TYPES
+    assert {h["type"] for h in hooks} == {"pre-rollout", "rollout", "confirm-promotion", "rollback"} <= FLAGGER_HOOK_TYPES
     # Flagger's webhook metadata is a map of strings.
     assert all(isinstance(v, str) for h in hooks for v in h["metadata"].values())
     # The Rollout's analysis step names the documented template.

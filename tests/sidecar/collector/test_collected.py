@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -76,3 +77,30 @@ def test_a_spec_records_what_the_collector_needs_to_run_the_trial() -> None:
         CP.cap_micros, CP.judge_spec_json, CP.candidate_price_out)
     assert encode_record(decoded).decode() == effect.body
     assert spec_effects(trial("l"), status="stopped", reason="x", at=1.0) == (), "a local trial has no spec"
+
+
+def _held(record: TrialSpec | bytes, at: float) -> Held:
+    body = record if isinstance(record, bytes) else encode_record(record)
+    return Held(f"trial_spec:t1:{at}", "trial_spec", "s1", body, at, "team-a", "t1", int(round(at * 1_000_000)))
+
+
+@pytest.mark.parametrize("setting", ["continue", "stop"])
+async def test_the_copy_keeps_the_trials_on_decision(records: CollectedRecords, setting: str) -> None:
+    """Issue 26: the collector's copy of a control-plane trial stops (or goes on) once decided as
+    the sidecar's trial does: the spec carries ``on_decision``."""
+    [effect] = spec_effects(replace(CP, on_decision=setting), status="running", reason=None, at=1.0)
+    assert msgspec.json.decode(effect.body)["on_decision"] == setting
+    await records.put([_held(effect.body.encode(), 1.0)])
+    copy = await records.store.get_trial("t1")
+    assert copy is not None and copy.on_decision == setting
+
+
+async def test_a_spec_from_before_on_decision_reads_continue(records: CollectedRecords) -> None:
+    """A spec without the field comes from a sidecar whose trials never stopped on a decision
+    (its store migrated them ``continue``): the copy goes on too, as it did before."""
+    [effect] = spec_effects(CP, status="running", reason=None, at=1.0)
+    old = msgspec.json.decode(effect.body)
+    del old["on_decision"]
+    await records.put([_held(msgspec.json.encode(old), 1.0)])
+    copy = await records.store.get_trial("t1")
+    assert copy is not None and copy.on_decision == "continue"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import re
 from pathlib import Path
 from typing import Any
 
@@ -425,6 +426,13 @@ async def test_a_resolved_watch_is_re_armed_and_fires_again_on_a_second_drop(tmp
             (second, "firing", 2), (f"{wid}.alert", "resolved", 1)]
         assert alerts[0]["evidence"]["period"] == 2
         assert (await h.admin.get("/v1/live")).json()["alerts"][0]["id"] == second
+        # Issue 26, item 3: the watch page lists its periods, newest first.
+        page = (await h.admin.get(f"/console/watches/{wid}")).text
+        rows = re.findall(r'<tr data-period="(\d)">(.*?)</tr>', page, re.S)
+        assert [n for n, _ in rows] == ["2", "1"]
+        assert f'data-period-alert="{second}">{second}: firing' in rows[0][1] and "(current)" in rows[0][1]
+        assert f'data-period-alert="{wid}.alert">{wid}.alert: resolved' in rows[1][1]
+        assert "<td data-judged>80</td>" in rows[1][1]
         print(f"\nwatch {wid}: fired, resolved (period 2 from {resolved_at:.3f}); no alarm over {steady} steady "
               f"judged cases; second alert {second} {took} judged cases after the second drop")
         assert 1 <= took <= 40
