@@ -113,6 +113,7 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
         any_value,
     ),
     "sample_size": near_int(1, MAX_CASES),
+    "on_decision": st.one_of(st.sampled_from(["stop", "continue", "Stop", "", "halt"]), any_value),
 }
 assert set(FIELD_VALUES) == set(TrialCreate.__struct_fields__)
 
