@@ -26,7 +26,7 @@ BENCH = ROOT / "bench"
 
 #: Per benchmark, a pattern every run must print: the figure the benchmark exists for.
 FIGURES: dict[str, str] = {
-    "betting.py": r"\| \*\*shipped: betting, aGRAPA, hedged\*\* \| [\d.]+% / ",
+    "betting.py": r"\| \*\*shipped: betting, mixed constant bets, hedged\*\* \| [\d.]+% / ",
     "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
     "collector_capacity.py": r"one collector replica into PostgreSQL: [\d,]+ records/s",
     "engine_case.py": r"engine CPU per judged case -?\d+ µs",
