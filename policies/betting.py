@@ -41,7 +41,7 @@ below), and so on.
 **The hybrid (measured, not shipped).** :func:`running_bounds` can intersect this interval,
 case by case, with the empirical-Bernstein interval of :mod:`policies.confseq`; each then
 runs at alpha / 2 and the union bound keeps the total at alpha. It was slower at every win
-rate but 0.55 (docs/statistics.md section 4b has the measurements that chose betting alone).
+rate (docs/statistics.md section 4b has the measurements that chose betting alone).
 
 **Order and state.** The capital is folded case by case in a defined order (the store's
 scoring sequence; with constant bets the capital would not depend on the order, but a state is
