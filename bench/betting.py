@@ -39,7 +39,7 @@ TRIALS = 40 if QUICK else 2000
 CASES = 600 if QUICK else 5000
 FLOOR = 20
 ALPHA = 0.05
-METHODS = ("today: empirical Bernstein, expected_cases 1,000", "**shipped: betting, aGRAPA, hedged**",
+METHODS = ("today: empirical Bernstein, expected_cases 1,000", "**shipped: betting, mixed constant bets, hedged**",
            "hybrid: betting a/2 + EB a/2")
 
 

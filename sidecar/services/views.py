@@ -96,7 +96,7 @@ def verdict_view(r: TrialRecord, ev: Evaluation) -> dict[str, Any]:
         "decision_bounds": _interval(ev.sequence),
         "decision_kind": (
             "running intersection, kept with the trial, of an anytime-valid 95% betting confidence "
-            "sequence (Waudby-Smith and Ramdas 2024, hedged capital, aGRAPA bets) over every scored case "
+            "sequence (Waudby-Smith and Ramdas 2024, hedged capital, mixed constant bets) over every scored case "
             "in scoring order; win-rate scale"
             if ev.method == "betting" else
             "running intersection, kept with the trial, of an anytime-valid 95% empirical-Bernstein "

@@ -26,7 +26,7 @@ BENCH = ROOT / "bench"
 
 #: Per benchmark, a pattern every run must print: the figure the benchmark exists for.
 FIGURES: dict[str, str] = {
-    "betting.py": r"\| \*\*shipped: betting, aGRAPA, hedged\*\* \| [\d.]+% / ",
+    "betting.py": r"\| \*\*shipped: betting, mixed constant bets, hedged\*\* \| [\d.]+% / ",
     "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
     "corpus_runs.py": (r"\| null \| pref \(paired_judge\) \| \d+ x 2 \| [^|]+ \|[\s\S]*"
                        r"200 items x 2 with the paired judge: refused, comparison_invocation_limit"),

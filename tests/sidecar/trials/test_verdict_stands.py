@@ -6,9 +6,9 @@ each exchange's incumbent answer carries 0.0 (the candidate wins), 1.0 (the
 incumbent wins) or 0.5 (a tie), so the deterministic fake judge gives exactly
 the counts below. No audits, so each case is one judgment.
 
-The counts are chosen with the policies: 44 wins, 11 ties and 15 losses, in the order
+The counts are chosen with the policies: 43 wins, 11 ties and 16 losses, in the order
 ``mixed`` gives, decide ``not_worse`` (Adoptable: not worse by more than the tolerance, issue
-23) on the betting sequence the trial folds case by case (issue 31); after 13 more losses the
+23) on the betting sequence the trial folds case by case (issue 31); after 10 more losses the
 interval of the last case alone reaches below 0.45 (-tolerance), so a fold that started from
 scratch at that case would say *Collecting* again.
 """
@@ -61,7 +61,7 @@ async def _stored_state(h: Harness, trial_id: str) -> dict[str, Any]:
 
 
 SCORE = {WIN: 1.0, TIE: 0.0, LOSS: -1.0}
-LOSSES = 13
+LOSSES = 10
 
 
 def _now_lower(outcomes: list[str]) -> float:
@@ -72,7 +72,7 @@ def _now_lower(outcomes: list[str]) -> float:
 
 
 async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp_path: Path) -> None:
-    outcomes = mixed(44, 11, 15)
+    outcomes = mixed(43, 11, 16)
     async with Harness(tmp_path, models=models()) as h:
         trial = await h.create_trial(audit_share=0.0)
         tid = trial["id"]
@@ -84,12 +84,12 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         decided_at = v["decided_at"]
         assert decided_at is not None and decided_at <= 70
 
-        # 13 more losses: the last case's own interval reaches below -tolerance; the kept decision stands.
+        # 10 more losses: the last case's own interval reaches below -tolerance; the kept decision stands.
         assert _now_lower(outcomes + [LOSS] * (LOSSES - 1)) >= 0.45 > _now_lower(outcomes + [LOSS] * LOSSES)
         await h.send([planted(70 + k, LOSS) for k in range(LOSSES)])
         view = await h.settle(tid, 70 + LOSSES)
         v = view["verdict"]
-        assert v["cases"] == 83 and v["mean_score"] == (44 - 15 - LOSSES) / 83
+        assert v["cases"] == 80 and v["mean_score"] == (43 - 16 - LOSSES) / 80
         assert v["decision_bounds_now"]["lower"] < 0.45 < v["decision_bounds"]["lower"]
         assert (v["code"], v["wording"], v["decided_at"], v["contradicted"]) == (
             "not_worse", "Adoptable", decided_at, False
@@ -98,24 +98,24 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         listed = (await h.admin.get("/v1/trials")).json()["trials"]
         assert [(t["id"], t["verdict"]["code"]) for t in listed] == [(tid, "not_worse")]
         state = await _stored_state(h, tid)
-        assert state["cursor"] == 83
+        assert state["cursor"] == 80
         assert (state["sequence"]["n"], state["sequence"]["decision"], state["sequence"]["decided_at"]) == (
-            83, "not_worse", decided_at)
+            80, "not_worse", decided_at)
         health = view["judge_health"]
-        assert health["decisive"] == 72 and health["state"]["decisive"] == 72  # 44 wins + 28 losses
+        assert health["decisive"] == 69 and health["state"]["decisive"] == 69  # 43 wins + 26 losses
         record = await h.runtime.store.get_trial(tid)
-        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 72
+        assert record is not None and json.loads(record.judge_health_state or "{}")["decisive"] == 69
 
     # A restart of the sidecar on the same SQLite file: the kept intersection is read back.
     async with Harness(tmp_path, models=models()) as h:
         view = await h.trial(tid)
         v = view["verdict"]
-        assert (v["cases"], v["code"], v["decided_at"]) == (83, "not_worse", decided_at)
+        assert (v["cases"], v["code"], v["decided_at"]) == (80, "not_worse", decided_at)
 
-        await h.send([planted(83, LOSS)])
-        view = await h.settle(tid, 84)
+        await h.send([planted(80, LOSS)])
+        view = await h.settle(tid, 81)
         v = view["verdict"]
-        assert v["cases"] == 84 and v["decision_bounds_now"]["lower"] < 0.45
+        assert v["cases"] == 81 and v["decision_bounds_now"]["lower"] < 0.45
         assert (v["code"], v["wording"], v["decided_at"], v["restarts"]) == (
             "not_worse", "Adoptable", decided_at, 0
         )
@@ -124,7 +124,7 @@ async def test_a_reached_decision_stands_after_an_adverse_case_and_a_restart(tmp
         assert [t["verdict"]["code"] for t in live["running_trials"]] == ["not_worse"]
         state = await _stored_state(h, tid)
         assert (state["cursor"], state["sequence"]["decision"], state["sequence"]["decided_at"]) == (
-            84, "not_worse", decided_at)
+            81, "not_worse", decided_at)
 
 
 async def test_the_engine_keeps_the_verdict_state_though_nobody_reads_the_trial(tmp_path: Path) -> None:
