@@ -36,6 +36,8 @@ FIGURES: dict[str, str] = {
     "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",
     "otlp.py": r"OTLP rate 0\.05: +\d+\.\d+ us/span",
     "provider_calls.py": r"estimated engine CPU per judged case",
+    "segments.py": (r"\| equal \| 17 \(cap 16 \+ other\) \(0\.00294\) \|[^\n]*\*\*[\d.]+% \[[\d.]+%, [\d.]+%\]\*\*"
+                    r"[\s\S]*\| 0\.35 \| 17 \(cap 16 \+ other\) \| [\d.]+% \["),
     "store_sql.py": r"share of query statements defined once: \d+%",
     "tap.py": r"judged/s under flood / judged/s alone = ",
     "uplink_outage.py": r"every record held exactly once",
