@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from policies.decision import BETTER, EQUIVALENT, NOT_WORSE, REGRESSION, VERDICT_CODES
 from policies.segment_alpha import segment_alpha
-from tests.policies._segments_sim import assign, null_firsts, split
+from policies.stream import fold_cases
+from tests.policies._segments_sim import assign, first_code, null_firsts, split, trial_case
 from tests.policies._sim import simulate_case_scores
 
 
@@ -60,3 +62,35 @@ def test_eight_null_segments_read_wrong_together_at_most_alpha() -> None:
     strict, wrong = _null_trials(8)
     assert strict <= 0.05, f"{strict:.1%} of null trials had a segment excluding parity"
     assert wrong <= 0.05, f"{wrong:.1%} of null trials read a wrong direction"
+
+
+def test_the_simulated_segment_paths_are_the_shipped_fold() -> None:
+    """The simulation's regrouping keeps each segment's cases in trial order, and its exact path
+    (``first_code``) is :func:`policies.stream.fold_cases` folded case by case on each segment's
+    cases at the segment level: the bench's detection figures are the shipped verdict's. A floor
+    of 100 cases (the default is 20) makes the floor decide some of the first looks."""
+    rng = np.random.default_rng(11)
+    trials, cases, k = 2, 900, 4
+    seg = assign(rng, trials, cases, [1.0] * k)
+    x = np.where(seg == 0, simulate_case_scores(rng, trials, cases, win_rate=0.30),
+                 simulate_case_scores(rng, trials, cases, win_rate=0.60))
+    parts = split((1 + x) / 2, seg, k)
+    lengths = parts.counts.reshape(-1)
+    a = segment_alpha(0.05, 17)
+    floor = 100
+    codes = (REGRESSION, NOT_WORSE, EQUIVALENT, BETTER)
+    got = first_code(parts.y, lengths, alpha=a, tolerance=0.05, min_cases=floor, codes=codes)
+    for row in range(trials * k):
+        t, s = divmod(row, k)
+        c = int(lengths[row])
+        assert np.array_equal(parts.at[row, :c], np.nonzero(seg[t] == s)[0] + 1)
+        state, first = None, 0
+        for i, v in enumerate(x[t][seg[t] == s]):
+            folded = fold_cases(state, [(i + 1, float(v))], alpha=a, tolerance=0.05, min_cases=floor,
+                                expected_cases=1000)
+            state = folded.state
+            if VERDICT_CODES.index(folded.verdict) in codes:
+                first = i + 1
+                break
+        assert first == got[row] > 0, (row, first, got[row])
+    assert (trial_case(parts.at, got) > 0).all()
