@@ -4,6 +4,7 @@
     shadowtrial trials create --team T --incumbent M --candidate M --cap-usd X [...]
     shadowtrial trials list | show ID | stop ID
     shadowtrial live
+    shadowtrial send FILE.jsonl | --simulate --team T [--rate N/s] [--count N] [--batch N] [--tap URL]
     shadowtrial teams posture show TEAM | set TEAM [--retention on|off] [--cut-over on|off] [--if-match REV]
     shadowtrial token --key FILE --alg ALG --sub S --audience A --issuer I [--role R ...] [--team T ...]
     shadowtrial keygen [--out DIR] [--kind ed25519|ec|rsa]
@@ -35,6 +36,7 @@ import httpx
 from sidecar.cli import compare as compare_cli
 from sidecar.cli import corpus as corpus_cli
 from sidecar.cli import experiments as experiments_cli
+from sidecar.cli import send as send_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.cli.watches import render_live
 from sidecar.cli.render import render_trial, render_trial_list, utc
@@ -235,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("trial_id", type=_trial_id)
 
     compare_cli.add_parser(sub, client)
+    send_cli.add_parser(sub)
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
@@ -589,6 +592,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
             print(f"shadowtrial: {exc}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "send":
+        return send_cli.run(args, env)
     if args.command in ("token", "keygen"):
         return _auth_command(args)
     if args.command == "demo":

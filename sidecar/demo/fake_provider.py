@@ -208,7 +208,8 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
     return f"{why} Verdict: [[{label}]]"
 
 
-def _generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+def generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+    """A generation answer of ``model``: its planted quality marker, then filler words."""
     q = min(1.0, max(0.0, rng.gauss(spec.quality, spec.quality_noise)))
     n = rng.randint(*spec.filler_words)
     filler = " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
@@ -246,7 +247,7 @@ def make_answer(
     prompt_bytes: int,
 ) -> _Answer:
     """Text, tool call and usage for one successful call; truncated to ``max_tokens``."""
-    text = judge_reply(spec, rng, messages, forced) if spec.judge else _generation_text(model, spec, rng)
+    text = judge_reply(spec, rng, messages, forced) if spec.judge else generation_text(model, spec, rng)
     tool_name = _requested_tool(params)
     tool = (tool_name, dict(spec.tool_arguments)) if tool_name else None
     size = len(text.encode()) + (len(json.dumps(tool[1])) + len(tool[0]) if tool else 0)

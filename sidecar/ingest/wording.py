@@ -86,6 +86,8 @@ def _words(message: str, path: str | None) -> str:
         return f"{m.group(1)} is not one of the accepted values"
     if message == "Invalid RFC3339 encoded datetime":
         return "must be an RFC 3339 date-time, such as 2026-11-01T00:00:00Z"
+    if message == "Input data was truncated":
+        return "JSON is malformed: it ends before the document does (truncated)"
     if message == "Number out of range":
         return "the number is out of range"
     return message

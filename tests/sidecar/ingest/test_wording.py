@@ -71,6 +71,12 @@ def test_a_validation_error_is_said_in_product_words_with_its_field(body: bytes,
     assert "Expected" not in said and "`" not in said
 
 
+def test_a_truncated_document_says_so() -> None:
+    with pytest.raises(msgspec.DecodeError) as info:
+        msgspec.json.decode(b'{"team": ', type=_Body)
+    assert split_path(str(info.value)) == ("JSON is malformed: it ends before the document does (truncated)", None)
+
+
 def test_a_message_it_does_not_know_is_kept_as_it_came() -> None:
     assert product_words("JSON is malformed: invalid character (byte 3)", "$") == \
         "JSON is malformed: invalid character (byte 3)"
