@@ -2,14 +2,15 @@
 
 Reads ``POST /v1/compare``'s server-sent events: each answer is printed as it arrives
 (model, latency, cost, then the text), each score beside its model once judged, and at
-the end a table of all of them in arrival order and the ``POST /v1/trials`` body that
-would start a trial of two of them. Nothing is kept, here or on the sidecar.
+the end a table of all of them in arrival order and the ``shadowtrial trials create``
+command that would start a trial of two of them. Nothing is kept, here or on the sidecar.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import textwrap
 from typing import Any, Callable, Iterator
@@ -53,6 +54,20 @@ def events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             event = "message"
 
 
+#: ``POST /v1/trials`` body fields of a compare's trial hint → the ``trials create`` flag.
+_HINT_FLAGS = {"team": "--team", "incumbent_model": "--incumbent", "candidate_model": "--candidate",
+               "spend_cap_usd": "--cap-usd", "sample_rate": "--sample-rate"}
+
+
+def trial_command(body: dict[str, Any]) -> str:
+    """The ``shadowtrial trials create`` command that sends ``body`` (a compare's trial hint),
+    each value quoted for a POSIX shell; a field with no flag here is named with its own."""
+    words = ["shadowtrial", "trials", "create"]
+    for key, value in body.items():
+        words += [_HINT_FLAGS.get(key, "--" + key.replace("_", "-")), str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _cost(cost: dict[str, Any]) -> str:
     if cost.get("coverage") == "unknown":
         return "cost unknown"
@@ -92,8 +107,9 @@ def run(args: argparse.Namespace, base: str, auth: dict[str, str]) -> int:
                     print("\nmodel / latency / cost / absolute score (arrival order; scores are levels, not deltas)")
                     for model, latency, cost in rows:
                         print(f"  {model:<28} {latency:>9}  {cost:<22} {scores.get(model, '—')}")
-                    print("\nnothing of this compare was kept. To judge two of these on real traffic:")
-                    print(f"  POST /v1/trials {json.dumps(data['trial_hint']['body'])}")
+                    print("\nnothing of this compare was kept. To judge two of these on real traffic, start a trial "
+                          "(the model the gateway serves as --incumbent):")
+                    print(f"  {trial_command(data['trial_hint']['body'])}")
     except httpx.HTTPError as exc:
         raise SystemExit(f"shadowtrial: cannot reach the admin API at {base}: {exc}") from None
     return 0

@@ -4,6 +4,7 @@
     shadowtrial trials create --team T --incumbent M --candidate M --cap-usd X [...]
     shadowtrial trials list | show ID | stop ID
     shadowtrial live
+    shadowtrial send FILE.jsonl | --simulate --team T [--rate N/s] [--count N] [--batch N] [--tap URL]
     shadowtrial teams posture show TEAM | set TEAM [--retention on|off] [--cut-over on|off] [--if-match REV]
     shadowtrial token --key FILE --alg ALG --sub S --audience A --issuer I [--role R ...] [--team T ...]
     shadowtrial keygen [--out DIR] [--kind ed25519|ec|rsa]
@@ -35,9 +36,10 @@ import httpx
 from sidecar.cli import compare as compare_cli
 from sidecar.cli import corpus as corpus_cli
 from sidecar.cli import experiments as experiments_cli
+from sidecar.cli import send as send_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.cli.watches import render_live
-from sidecar.cli.render import render_trial, render_trial_list
+from sidecar.cli.render import render_trial, render_trial_list, utc
 from sidecar.trials.create import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
 
 if TYPE_CHECKING:
@@ -122,8 +124,18 @@ CREATE_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shadowtrial")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shadowtrial", description="Shadow-traffic trials for LLM gateways.")
+    p.add_argument("--version", action="version", version=f"shadowtrial {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the sidecar (tap + admin API)")
@@ -225,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("trial_id", type=_trial_id)
 
     compare_cli.add_parser(sub, client)
+    send_cli.add_parser(sub)
 
     live = sub.add_parser("live", help="running trials, watches, alerts and evaluation spend")
     client(live)
@@ -399,12 +412,14 @@ def render_posture(data: Mapping[str, Any]) -> str:
         f"  prompt retention  {on(data.get('prompt_retention'))}",
         f"  cut over          {on(data.get('cut_over'))}",
         f"  execution site    {data.get('execution_site')}",
+        *([f"  updated           {utc(data['updated_at'])}"
+           f"{' by ' + str(data['updated_by']) if data.get('updated_by') else ''}"] if data.get("updated_at") else []),
         f"  gateways (stop counting after {data.get('stale_after_seconds')} s unheard):",
     ]
     gateways = data.get("gateways") or []
     for g in gateways:
         lines.append(f"    {g.get('gateway')}: content uplink {on(g.get('content_uplink'))}, last seen "
-                     f"{g.get('last_seen')}{'' if g.get('live') else ' (stale: not counted)'}")
+                     f"{utc(g.get('last_seen'))}{'' if g.get('live') else ' (stale: not counted)'}")
     if not gateways:
         lines.append("    none reported (the site is local)")
     for name, feature in (data.get("features") or {}).items():
@@ -526,7 +541,28 @@ def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
+#: The exit status after a reader closed the pipe early (``... --json | head -1``): a shell's
+#: status for a process SIGPIPE ended (128 + 13).
+EXIT_PIPE_CLOSED = 141
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run one command; its exit status. A reader that closes stdout early (``| head``) ends it
+    quietly, without a traceback (the output is flushed here, so no error waits for exit)."""
+    try:
+        status = _main(argv, environ)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Nothing more can be written, and the interpreter's own flush at exit must not try:
+        # point stdout at /dev/null (Python's documented recipe for SIGPIPE).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE_CLOSED
+    return status
+
+
+def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
     if args.command == "serve":
@@ -556,6 +592,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             print(f"shadowtrial: {exc}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "send":
+        return send_cli.run(args, env)
     if args.command in ("token", "keygen"):
         return _auth_command(args)
     if args.command == "demo":

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from typing import Any, Sequence
 
 
 def usd(micros: int | None) -> str:
     return "—" if micros is None else f"${micros / 1_000_000:,.4f}"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 tie``, ``3 ties``, ``0 judged cases``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def utc(seconds: float | None) -> str:
+    """Epoch seconds as a UTC time a person reads: ``2026-12-02 06:19:35 UTC`` (``—`` when unknown)."""
+    if seconds is None:
+        return "—"
+    return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def pct(x: float | None) -> str:
@@ -28,7 +41,8 @@ def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 def spend_line(spend: dict[str, Any]) -> str:
     cov = spend["coverage"]
     known = usd(spend["known_micros"])
-    extra = "" if cov == "complete" else f" ({cov}: {spend['unknown_calls']} call(s) unpriced, {usd(spend['held_for_unknown_micros'])} held)"
+    extra = "" if cov == "complete" else (f" ({cov}: {count(spend['unknown_calls'], 'call')} unpriced, "
+                                          f"{usd(spend['held_for_unknown_micros'])} held)")
     return f"{known} of {usd(spend['cap_micros'])} cap{extra}; {usd(spend['reserved_micros'])} reserved"
 
 
@@ -40,16 +54,16 @@ def render_trial(t: dict[str, Any]) -> str:
     lines = [
         f"trial {t['id']}  [{t['status']}]  team {t['team']}",
         f"  {t['candidate_model']} (candidate) vs {t['incumbent_model']} (incumbent), sample rate {t['sample_rate']}",
-        f"  verdict      {v['wording']} ({v['code']}), {v['cases']} judged case(s)",
+        f"  verdict      {v['wording']} ({v['code']}), {count(v['cases'], 'judged case')}",
         f"  win rate     {pct(v['win_rate'])}  interval {interval(v['interval'])}  decision bounds {interval(v['decision_bounds'])}",
         f"  spend        {spend_line(t['spend'])}",
-        f"  cost ratio   {_ratio(p.get('cost_ratio'))} of the incumbent's over {p.get('cost_cases', 0)} paired case(s)",
+        f"  cost ratio   {_ratio(p.get('cost_ratio'))} of the incumbent's over {count(p.get('cost_cases', 0), 'paired case')}",
         f"  latency p50  {_ratio(p.get('latency_ratio'))} of the incumbent's",
         f"  judge        {t['judge']['name']} ({t['judge']['version_id'][:12]})",
     ]
     if h:
         lines.append(
-            "  judge health first-slot win rate {} , tie rate {}, error rate {}, position consistency {}{}".format(
+            "  judge health first-slot win rate {}, tie rate {}, error rate {}, position consistency {}{}".format(
                 pct(h.get("first_slot_win_rate")), pct(h.get("tie_rate")), pct(h.get("error_rate")),
                 pct(h.get("position_consistency")), "  FLAGGED" if h.get("flagged") else "",
             )

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from sidecar.cli.render import pct, table, usd
+from sidecar.cli.render import count, pct, table, usd
 
 Call = Callable[..., dict[str, Any]]
 Client = Callable[[argparse.ArgumentParser], None]
@@ -103,7 +103,8 @@ def render_watch(w: dict[str, Any]) -> str:
     return "\n".join([
         f"watch {w['id']} ({w['team']}) — {w['status']}; promoted from trial {w['trial_id']}",
         f"sentinel: {w['old_model']} (replaced) vs {w['new_model']} (incumbent), sample rate {w['sample_rate']}",
-        f"judged {w['judged']} ({w['old_wins']} old wins, {w['new_wins']} new wins, {w['ties']} ties); "
+        f"judged {w['judged']} ({count(w['old_wins'], 'old win')}, {count(w['new_wins'], 'new win')}, "
+        f"{count(w['ties'], 'tie')}); "
         f"old-model win rate {pct(w['old_win_rate'])}",
         f"detector: statistic {d['statistic']:.3f} / threshold {d['threshold']:.3f} "
         f"(p0 {d['baseline']}, p1 {d['alternative']:.2f}, min {d['min_judged']} judged)"
@@ -159,9 +160,11 @@ def render_live_head(d: dict[str, Any]) -> list[str]:
         w = spend.get(window)
         if w:
             g = w["gateway_metered"]
+            unknown = f" + {count(g['unknown_exchanges'], 'exchange')} of unknown cost" if g["unknown_exchanges"] else ""
+            scope = f": {g['scope']}" if g.get("scope") else ""
             out.append(f"evaluation spend {window.replace('_', ' ')}: {usd(w['evaluation']['charged_micros'])} "
-                       f"(list price) | beside it, gateway-metered: {usd(g['known_micros'])}"
-                       + (f" + {g['unknown_exchanges']} unknown" if g["unknown_exchanges"] else "") + " (never summed)")
+                       f"(list price); beside it, never summed, gateway-metered {usd(g['known_micros'])}{unknown}"
+                       f"{scope}")
     watches = d.get("watches") or []
     if watches:
         out.append(render_watches(watches))
@@ -186,5 +189,5 @@ def render_live(d: dict[str, Any]) -> str:
     s = d["evaluation_spend"]
     out.append(f"evaluation spend: {usd(s['known_micros'])} known, {usd(s['reserved_micros'])} reserved (never summed into gateway spend)")
     i = d["intake"]
-    out.append(f"intake queue: {i['depth']}/{i['capacity']}, {i['in_flight']} case(s) in flight")
+    out.append(f"intake queue: {i['depth']}/{i['capacity']}, {count(i['in_flight'], 'case')} in flight")
     return "\n".join(out)

@@ -11,7 +11,9 @@ import msgspec
 
 
 ENV_PREFIX = "SHADOWTRIAL_"
-RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL", "SHADOWTRIAL_TOKEN"})  # read by the CLI, not config
+#: Read by the CLI, not the config (`shadowtrial send` reads the two TAP ones).
+RESERVED_ENV = frozenset({"SHADOWTRIAL_CONFIG", "SHADOWTRIAL_ADMIN_URL", "SHADOWTRIAL_TOKEN",
+                          "SHADOWTRIAL_TAP_URL", "SHADOWTRIAL_TAP_TOKEN"})
 
 # Ranges an operator's numbers are held to, in this file and in the admin API alike
 # (sidecar.trials.create uses the shared ones). Each bound is far beyond any sensible setting and

@@ -13,7 +13,8 @@ for judges the label behaviour. Everything random is drawn from one RNG per
 model seeded from ``(seed, model)``, and a request draws everything it needs
 before its first await, so sequential calls are exactly reproducible.
 
-Generation answers embed a hidden quality marker ``⟨q=0.734⟩``. A judge model
+Generation answers embed a hidden quality marker ``⟨q=0.734⟩``; its ASCII form
+``<q=0.734>`` is read the same (typed into a file of exchanges). A judge model
 reads the markers of the last user message that has them (first = answer A,
 second = B) and ends a short rationale with one label ``[[A>>B]]``, ``[[A>B]]``,
 ``[[A=B]]``, ``[[B>A]]`` or ``[[B>>A]]``; with fewer than two markers it says
@@ -53,7 +54,9 @@ from aiohttp import web
 
 TRANSPORT_FAULTS = ("ok", "429", "500", "502", "503", "504", "timeout", "reset", "malformed")
 JUDGE_FAULTS = ("no_label", "conflicting", "bias")
-MARKER_RE = re.compile(r"⟨q=([0-9]*\.?[0-9]+)⟩")
+#: The quality marker a judge reads: ``⟨q=0.55⟩`` (U+27E8/U+27E9, what generation plants) or
+#: its ASCII form ``<q=0.55>``, which is easier to type into a file of exchanges.
+MARKER_RE = re.compile(r"(?:⟨|<)q=([0-9]*\.?[0-9]+)(?:⟩|>)")
 
 _FILLER = (
     "the answer considers context constraints and the likely intent then weighs each option "
@@ -205,11 +208,17 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
     return f"{why} Verdict: [[{label}]]"
 
 
-def _generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+def generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+    """A generation answer of ``model``: its planted quality marker, then filler words."""
     q = min(1.0, max(0.0, rng.gauss(spec.quality, spec.quality_noise)))
     n = rng.randint(*spec.filler_words)
     filler = " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
-    return f"Answer from {model} ⟨q={q:.3f}⟩ {filler}".rstrip()
+    return f"Answer from {model} {marker(q)} {filler}".rstrip()
+
+
+def marker(quality: float) -> str:
+    """The quality marker of an answer of ``quality`` (in [0, 1]), as generation plants it."""
+    return f"⟨q={quality:.3f}⟩"
 
 
 def _requested_tool(params: Mapping[str, Any]) -> str | None:
@@ -238,7 +247,7 @@ def make_answer(
     prompt_bytes: int,
 ) -> _Answer:
     """Text, tool call and usage for one successful call; truncated to ``max_tokens``."""
-    text = judge_reply(spec, rng, messages, forced) if spec.judge else _generation_text(model, spec, rng)
+    text = judge_reply(spec, rng, messages, forced) if spec.judge else generation_text(model, spec, rng)
     tool_name = _requested_tool(params)
     tool = (tool_name, dict(spec.tool_arguments)) if tool_name else None
     size = len(text.encode()) + (len(json.dumps(tool[1])) + len(tool[0]) if tool else 0)

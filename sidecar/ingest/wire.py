@@ -18,6 +18,7 @@ from typing import Annotated, Any, Callable, NamedTuple
 import msgspec
 
 from sidecar.ingest import locate
+from sidecar.ingest.wording import product_words
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -98,7 +99,8 @@ _BARE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def split_path(message: str) -> tuple[str, str | None]:
-    """A msgspec validation message → (message without the path, JSON path of the bad field).
+    """A msgspec validation message → (message without the path, in the product's words
+    (:mod:`sidecar.ingest.wording`), JSON path of the bad field).
 
     msgspec puts the path after the message (``Expected `str`, got `int` - at `$.team```)
     but reports a missing or unknown field at its *parent* object, and leaves the path out
@@ -113,7 +115,7 @@ def split_path(message: str) -> tuple[str, str | None]:
     if named:
         name = named.group(1)
         path = (path or "$") + (f".{name}" if _BARE_NAME.fullmatch(name) else f"[{_reply_encoder.encode(name).decode()}]")
-    return head, path
+    return product_words(head, path), path
 
 
 def _first_line_is_json(body: bytes) -> bool:

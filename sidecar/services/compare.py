@@ -44,6 +44,7 @@ from policies.roles import Principal
 from sidecar.engine.completer_adapter import ProviderCompleter
 from sidecar.errors import BadRequest, Conflict, SpendUnbounded
 from sidecar.ingest.wire import split_path
+from sidecar.ingest.wording import PATTERN_WORDS
 from sidecar.providers.base import ChatRequest, Provider, ProviderResult
 from sidecar.services.context import CompareContext
 from sidecar.services.access import require
@@ -77,8 +78,8 @@ def decode_compare(body: bytes) -> CompareRequest:
         req = _decoder.decode(body)
     except msgspec.ValidationError as exc:
         message, path = split_path(str(exc))
-        if "matching regex" in message:
-            message = f"Expected {NAME_RULE}"
+        if message.startswith(PATTERN_WORDS):
+            message = f"must be {NAME_RULE}"
         raise BadRequest(message, field=path) from exc
     except msgspec.DecodeError as exc:
         raise BadRequest(f"body is not JSON: {exc}") from exc

@@ -25,6 +25,7 @@ from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE
 from sidecar.errors import BadRequest, SpendUnbounded
 from sidecar.store.records import TrialRecord, TrialStatus
 from sidecar.ingest.wire import DecodeError, check_utf8, split_path, where_decode_failed
+from sidecar.ingest.wording import PATTERN_WORDS
 
 #: The accepted ranges of the body's values, one place (shared ones with the config file in
 #: :mod:`sidecar.config`); the README's API section lists them and the OpenAPI document shows
@@ -118,7 +119,7 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 _create_decoder = msgspec.json.Decoder(TrialCreate)
 _PRICE_SHAPE = '{"input_per_mtok_usd": ..., "output_per_mtok_usd": ...}'
-_REGEX_MESSAGE = re.compile(r"Expected `str` matching regex '.*'")
+_REGEX_MESSAGE = re.compile(rf"{PATTERN_WORDS} '.*'")
 
 
 def decode_create(body: bytes) -> TrialCreate:
@@ -131,7 +132,7 @@ def decode_create(body: bytes) -> TrialCreate:
     except msgspec.ValidationError as exc:
         message, path = split_path(str(exc))
         # The name pattern is for machines (it is in the OpenAPI document); people get the rule.
-        raise BadRequest(_REGEX_MESSAGE.sub(f"Expected {NAME_RULE}", message), field=path) from exc
+        raise BadRequest(_REGEX_MESSAGE.sub(f"must be {NAME_RULE}", message), field=path) from exc
     except msgspec.DecodeError as exc:  # malformed JSON, a NaN literal: named where it is
         message, path = where_decode_failed(exc, body)
         raise BadRequest(f"body is not JSON: {message}", field=path) from exc

@@ -39,6 +39,7 @@ import msgspec
 from policies.graders import canonical, content_hash
 from sidecar.collector.corpus.errors import InvalidDataset
 from sidecar.ingest.wire import split_path
+from sidecar.ingest.wording import PATTERN_WORDS
 from sidecar.collector.store.corpus_records import ItemRow
 from sidecar.trials.create import NAME_PATTERN, NAME_RULE
 
@@ -263,12 +264,12 @@ def _csv_item(line: int, cells: dict[str, str]) -> ItemIn:
         raise InvalidDataset(f"line {line}: {column}: {_readable(message)}", field=f"line {line}: {column}") from exc
 
 
-_REGEX_MESSAGE = re.compile(r"Expected `str` matching regex '.*'")
+_REGEX_MESSAGE = re.compile(rf"{PATTERN_WORDS} '.*'")
 
 
 def _readable(message: str) -> str:
     """msgspec's message with the id pattern (for machines) replaced by its rule (for people)."""
-    return _REGEX_MESSAGE.sub(f"Expected {NAME_RULE}", message)
+    return _REGEX_MESSAGE.sub(f"must be {NAME_RULE}", message)
 
 
 def _column_of(path: str | None, cells: Mapping[str, str]) -> str:

@@ -202,6 +202,17 @@ async def test_judge_without_markers_says_tie() -> None:
     assert LABEL_RE.findall(text) == ["A=B"]
 
 
+@pytest.mark.parametrize("form", ["<q={:.3f}>", "⟨q={:.3f}⟩"], ids=["ascii", "angle-brackets"])
+async def test_judge_reads_the_ascii_quality_marker_too(form: str) -> None:
+    """Issue 28, item 4: ``<q=0.55>`` typed into a file of exchanges is read like ``⟨q=0.55⟩``,
+    not ignored (which made every pair a tie)."""
+    prompt = f"[Answer A] text {form.format(0.1)} more\n[Answer B] text {form.format(0.9)} more"
+    async with FakeProvider({"judge": FakeModel(judge=True)}) as fp, httpx.AsyncClient() as client:
+        text = await ask_judge(client, fp, [{"role": "user", "content": prompt}])
+    assert LABEL_RE.findall(text) == ["B>>A"]
+    assert MARKER_RE.findall("mixed <q=0.25> and ⟨q=0.75⟩") == ["0.25", "0.75"]
+
+
 async def test_judge_no_label_then_labels_on_the_retry_turn() -> None:
     spec = FakeModel(judge=True, rate_no_label=1.0, rate_no_label_retry=0.0)
     prompt = {"role": "user", "content": judge_prompt(0.9, 0.1)}

@@ -165,4 +165,4 @@ async def test_the_cli_shows_the_answers_side_by_side_as_they_arrive(
     out = capsys.readouterr().out
     assert code == 0
     assert out.index(f"── {FAST}") < out.index(f"── {SLOW}")
-    assert "absolute score" in out and "POST /v1/trials" in out and "nothing of this compare was kept" in out
+    assert "absolute score" in out and "shadowtrial trials create --team team-a" in out and "nothing of this compare was kept" in out

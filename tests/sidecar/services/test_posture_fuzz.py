@@ -43,7 +43,7 @@ def check(r: httpx.Response, stats: Counter[str]) -> None:
         error = data["error"]
         assert set(error) == {"code", "message", "field"} and error["code"] and error["message"]
         if r.status_code == 400 and error["code"] == "invalid_request" and "JSON" not in error["message"] \
-                and "Expected `object`" not in error["message"]:
+                and "must be a JSON object" not in error["message"]:
             assert error["field"], data
         return
     stats["ok"] += 1
