@@ -36,11 +36,12 @@ import httpx
 
 from sidecar.app import Sidecar
 from sidecar.auth.mint import generate_key_pair, load_signing_key, mint
+from sidecar.cli.render import table
 from sidecar.collector.server import CollectorServer
 from sidecar.config import load_config
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.demo.localconfig import loopback_config
-from sidecar.demo.scenario import AUDIENCE, CANDIDATE, INCUMBENT, ISSUER, JUDGE, PRICES, TEAM, TOPICS
+from sidecar.demo.scenario import AUDIENCE, CANDIDATE, INCUMBENT, ISSUER, JUDGE, PRICES, TEAM, TOPICS, verdict_rows
 
 #: More candidates of the demo's incumbent, each with its own planted quality.
 CONTINUING = "sim-candidate-mini"
@@ -116,10 +117,12 @@ async def _traffic(fake: FakeProvider, tap: httpx.AsyncClient, team: str, start:
     async with httpx.AsyncClient(timeout=30.0) as client:
         async def one(i: int) -> dict[str, Any]:
             messages = [{"role": "user", "content": f"{TOPICS[i % len(TOPICS)]} (request {i})"}]
+            t0 = time.monotonic()
             r = await client.post(f"{fake.base_url}/chat/completions",
                                   json={"model": INCUMBENT, "messages": messages, "max_tokens": 400})
             body = r.json()
             ex = _served(team, i, prefix, body["choices"][0]["message"]["content"])
+            ex["latency_ms"] = (time.monotonic() - t0) * 1000
             ex["response"]["usage"] = {"input_tokens": body["usage"]["prompt_tokens"],
                                        "output_tokens": body["usage"]["completion_tokens"]}
             return ex
@@ -183,13 +186,17 @@ class _Api:
         return str(made["id"])
 
 
-async def populate(fake: FakeProvider, sidecar: Sidecar, collector: CollectorServer, token: str) -> Explorable:
-    """Bring both consoles to the states the module docstring lists; the ids made."""
+async def populate(
+    fake: FakeProvider, sidecar: Sidecar, collector: CollectorServer, token: str,
+    decided: Callable[[dict[str, Any]], None] = lambda view: None,
+) -> Explorable:
+    """Bring both consoles to the states the module docstring lists; the ids made. ``decided`` gets
+    the view of the first trial once it stopped on its decision (the demo prints its verdict)."""
     out = Explorable(sidecar_url=sidecar.admin_url, collector_url=collector.url, token=token)
     admin, cp = _Api(sidecar.admin_url, token), _Api(collector.url, token)
     tap = httpx.AsyncClient(base_url=sidecar.tap_url, timeout=30.0)
+    corpus = asyncio.ensure_future(_corpus(cp, out))
     try:
-        corpus = asyncio.create_task(_corpus(cp, out))
         # Control-plane execution for demo-support once this gateway's content uplink is on record.
         site = await admin.call("PUT", f"/v1/teams/{SUPPORT_TEAM}/posture",
                                 json={"prompt_retention": True, "cut_over": True})
@@ -207,7 +214,7 @@ async def populate(fake: FakeProvider, sidecar: Sidecar, collector: CollectorSer
 
         sent = 0
 
-        async def decided() -> bool:
+        async def all_decided() -> bool:
             # A batch at a time: the next once every case of the last has its outcome.
             nonlocal sent
             views = [await admin.trial(t[k]) for k in ("decided", "continue", "rejected", "promoted")]
@@ -218,7 +225,8 @@ async def populate(fake: FakeProvider, sidecar: Sidecar, collector: CollectorSer
                 sent += 40
             return False
 
-        await _until(decided, "the demo-team trials' decisions", timeout=90)
+        await _until(all_decided, "the demo-team trials' decisions", timeout=90)
+        decided(await admin.trial(t["decided"]))
         await _until(lambda: _idle(admin, t["paused"]), "the demo-ops trial's cases")
         paused = await admin.call("PUT", f"/v1/teams/{OPS_TEAM}/posture",
                                   json={"prompt_retention": False, "cut_over": False})
@@ -250,6 +258,9 @@ async def populate(fake: FakeProvider, sidecar: Sidecar, collector: CollectorSer
         await _until(lambda: _reported(cp, set(t.values())), "the collector's view of every trial")
         return out
     finally:
+        if not corpus.done():  # cancelled (a Ctrl-C) or failed: the corpus step ends before its client
+            corpus.cancel()
+            await asyncio.gather(corpus, return_exceptions=True)
         await tap.aclose()
         await admin.http.aclose()
         await cp.http.aclose()
@@ -313,7 +324,19 @@ def _status(view: dict[str, Any]) -> str | None:
 
 def banner(out: Explorable, elapsed_s: float) -> str:
     t = out.trials
-    site = "judged at the control plane" if out.control_plane_site else "judged locally"
+    site = "judged at the control plane" if out.control_plane_site else "judged by the sidecar"
+    links = [
+        ("Adoptable, stopped on its decision", f"{out.sidecar_url}/console/trials/{t['decided']}"),
+        ("Adoptable, still running (continue)", f"{out.sidecar_url}/console/trials/{t['continue']}"),
+        ("Rejected", f"{out.sidecar_url}/console/trials/{t['rejected']}"),
+        ("Adopted, its watch fired an alert", f"{out.sidecar_url}/console/watches/{out.watch_id}"),
+        (f"Collecting ({site})", f"{out.sidecar_url}/console/trials/{t['collecting']}"),
+        ("Paused (retention switched off)", f"{out.sidecar_url}/console/trials/{t['paused']}"),
+        ("Experiment over a dataset", f"{out.collector_url}/console/experiments/{out.experiment_id}"),
+        ("A/B comparison over the dataset", f"{out.collector_url}/console/comparisons?open={out.comparison_id}"),
+        ("Compare models side by side", f"{out.sidecar_url}/console/compare"),
+    ]
+    width = max(len(label) for label, _ in links) + 2
     return "\n".join([
         f"ready in {elapsed_s:.1f}s — the demo keeps running until Ctrl-C.",
         "",
@@ -322,27 +345,23 @@ def banner(out: Explorable, elapsed_s: float) -> str:
         "token (platform_admin with the content permission, valid 12 h; paste it into either sign-in form):",
         f"  {out.token}",
         "",
-        f"  Adoptable, stopped on its decision   {out.sidecar_url}/console/trials/{t['decided']}",
-        f"  Adoptable, still running (continue)  {out.sidecar_url}/console/trials/{t['continue']}",
-        f"  Rejected                             {out.sidecar_url}/console/trials/{t['rejected']}",
-        f"  Adopted, its watch fired an alert    {out.sidecar_url}/console/watches/{out.watch_id}",
-        f"  Collecting ({site})  {out.sidecar_url}/console/trials/{t['collecting']}",
-        f"  Paused (retention switched off)      {out.sidecar_url}/console/trials/{t['paused']}",
-        f"  Experiment over a dataset            {out.collector_url}/console/experiments/{out.experiment_id}",
-        f"  A/B comparison over the dataset      {out.collector_url}/console/comparisons?open={out.comparison_id}",
-        f"  Compare models side by side          {out.sidecar_url}/console/compare",
+        *(f"  {label.ljust(width)}{url}" for label, url in links),
     ])
 
 
 async def run_explorable(*, seed: int = 7, stop: asyncio.Event | None = None) -> int:
     """Start, populate, print the consoles and the token, and run until SIGINT/SIGTERM (or ``stop``)."""
     started = time.monotonic()
-    print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.", flush=True)
-    print("Starting a control-plane collector and a sidecar, and populating both consoles…", flush=True)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("shadowtrial demo — SIMULATED models on a local fake provider; no real model is called.", flush=True)
+    print("Starting a control-plane collector and a sidecar…", flush=True)
+    # The terminal's Ctrl-C reaches the whole process group. The sidecar's engine process inherits
+    # "ignore SIGINT" from its start here (an ignored signal stays ignored across exec; a blocked one
+    # did not stay blocked), so the sidecar stops it in order instead of a traceback. The price: a
+    # Ctrl-C during these first seconds is ignored.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with tempfile.TemporaryDirectory(prefix="shadowtrial-demo-") as tmp:
             async with FakeProvider(explore_models(), seed=seed) as fake:
@@ -353,22 +372,20 @@ async def run_explorable(*, seed: int = 7, stop: asyncio.Event | None = None) ->
                         text = fh.read().replace("COLLECTOR_URL", collector.url)
                     with open(sidecar_path, "w") as fh:
                         fh.write(text)
-                    # The terminal's Ctrl-C reaches the whole process group: the sidecar's engine
-                    # process inherits "ignore" and is stopped in order by the sidecar instead.
-                    loop.remove_signal_handler(signal.SIGINT)
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)
                     sidecar = Sidecar(load_config(sidecar_path, {}))
                     try:
                         await sidecar.start()
                     finally:
                         loop.add_signal_handler(signal.SIGINT, stop.set)
                     try:
+                        print("Populating both consoles… (Ctrl-C stops the demo)", flush=True)
                         code = await _populate_then_wait(fake, sidecar, collector, token, stop, started)
                     finally:
                         await sidecar.stop()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        signal.signal(signal.SIGINT, previous)
     print("the demo stopped.", flush=True)
     return code
 
@@ -377,7 +394,14 @@ async def _populate_then_wait(
     fake: FakeProvider, sidecar: Sidecar, collector: CollectorServer, token: str, stop: asyncio.Event, started: float,
 ) -> int:
     """Populate (a Ctrl-C meanwhile cancels it), print the banner, wait for the stop; the exit code."""
-    filling = asyncio.ensure_future(populate(fake, sidecar, collector, token))
+    def verdict(view: dict[str, Any]) -> None:
+        rows = [*verdict_rows(view), ("wall time", f"{time.monotonic() - started:.1f}s")]
+        print(f"\ntrial {view['id']}: {view['candidate_model']} (candidate) vs {view['incumbent_model']} "
+              f"(incumbent), stopped on its decision\n", flush=True)
+        print(table(rows, ("SIMULATED MODELS — verdict", "value")), flush=True)
+        print("\nPopulating the rest (a watch that fires, an experiment, a comparison)…\n", flush=True)
+
+    filling = asyncio.ensure_future(populate(fake, sidecar, collector, token, verdict))
     stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({filling, stopped}, return_when=asyncio.FIRST_COMPLETED)

@@ -69,3 +69,52 @@ async def test_the_explorable_demo_populates_every_state_and_stops_on_ctrl_c() -
 
 def _items(body: Any, key: str) -> list[dict[str, Any]]:
     return list(body[key] if isinstance(body, dict) else body)
+
+
+def test_on_a_terminal_the_demo_stays_and_a_ctrl_c_while_it_populates_stops_it_cleanly() -> None:
+    """``shadowtrial demo`` with a terminal for stdout takes the explorable path without a flag;
+    a Ctrl-C to the whole process group (what the terminal sends) before it is ready ends it, exit 0,
+    no traceback from it or from the sidecar's engine process."""
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.sidecar.demo.explore_kit import ROOT, _env
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli.main", "demo"], cwd=ROOT, env=_env(),
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = b""
+
+    def read_until(text: bytes, timeout: float) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"timed out waiting for {text!r}: {seen.decode(errors='replace')[-2000:]}"
+            ready, _, _ = select.select([master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the other side closed: the process ended
+                    chunk = b""
+                assert chunk, f"the demo ended before {text!r}: {seen.decode(errors='replace')[-2000:]}"
+                seen += chunk
+
+    try:
+        read_until(b"Populating both consoles", 120)
+        os.killpg(proc.pid, signal.SIGINT)
+        read_until(b"the demo stopped.", 120)
+        assert proc.wait(timeout=60) == 0, seen.decode(errors="replace")[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert b"Traceback" not in seen and b"KeyboardInterrupt" not in seen, seen.decode(errors="replace")[-3000:]
+    assert b"Starting a control-plane collector" in seen
