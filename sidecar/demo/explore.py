@@ -291,7 +291,10 @@ async def _corpus(cp: _Api, out: Explorable) -> None:
     out.dataset_id = ds["id"]
     suite = await cp.call("POST", "/v1/suites", json={"name": "support-pref", "dataset_id": ds["id"],
                                                       "dataset_version": 1,
-                                                      "metrics": [{"name": "pref", "kind": "paired_judge"}]})
+                                                      "metrics": [{"name": "pref", "kind": "paired_judge"},
+                                                                  {"name": "marker", "kind": "grader",
+                                                                   "grader": {"type": "contains", "value": "⟨q="}},
+                                                                  {"name": "cost", "kind": "cost"}]})
     body = {"suite_id": suite["id"], "repetitions": 1, "primary_metric": "pref",
             "arms": [{"name": "today", "model": INCUMBENT}, {"name": "next", "model": CANDIDATE}]}
     ready = await cp.call("POST", "/v1/comparisons/readiness", json=body)
