@@ -11,7 +11,7 @@ to the collector over its uplink (content uplink on for its gateway). Before it 
   incumbent's answers drop;
 - team ``demo-support`` (cut over to the control plane where the posture allows it: the
   sidecar forwards its sampled exchanges and the collector judges them): a trial still
-  *Collecting*;
+  *Collecting*; one more of ``demo-team``, judged by the sidecar, *Collecting* too;
 - team ``demo-ops``: a trial *Paused* because the team's prompt retention was switched off;
 - at the collector, a dataset, an experiment (a comparison group of two arms) run to
   completion, and an A/B comparison of the same two models to its verdict.
@@ -206,6 +206,10 @@ async def populate(
         t["continue"] = await admin.create("demo-continue", candidate_model=CONTINUING, on_decision="continue")
         t["rejected"] = await admin.create("demo-rejected", candidate_model=WEAK)
         t["promoted"] = await admin.create("demo-promoted", candidate_model=PROMOTED, on_decision="continue")
+        # Local and still collecting: it samples a share of the same traffic, and its floor of
+        # cases to a decision is higher than the demo ever sends.
+        t["collecting_local"] = await admin.create("demo-collecting-local", candidate_model=CANDIDATE,
+                                                   sample_rate=0.3, min_cases=400, expected_cases=2000)
         t["collecting"] = await admin.create("demo-collecting", team=SUPPORT_TEAM, candidate_model=CANDIDATE,
                                              sample_rate=0.5, expected_cases=2000)
         t["paused"] = await admin.create("demo-paused", team=OPS_TEAM, candidate_model=CANDIDATE)
@@ -327,13 +331,14 @@ def _status(view: dict[str, Any]) -> str | None:
 
 def banner(out: Explorable, elapsed_s: float) -> str:
     t = out.trials
-    site = "judged at the control plane" if out.control_plane_site else "judged by the sidecar"
+    site = "judged at the control plane" if out.control_plane_site else "judged by the sidecar (no cut-over)"
     links = [
         ("Adoptable, stopped on its decision", f"{out.sidecar_url}/console/trials/{t['decided']}"),
         ("Adoptable, still running (continue)", f"{out.sidecar_url}/console/trials/{t['continue']}"),
         ("Rejected", f"{out.sidecar_url}/console/trials/{t['rejected']}"),
         ("Adopted, its watch fired an alert", f"{out.sidecar_url}/console/watches/{out.watch_id}"),
-        (f"Collecting ({site})", f"{out.sidecar_url}/console/trials/{t['collecting']}"),
+        ("Collecting, judged by the sidecar", f"{out.sidecar_url}/console/trials/{t['collecting_local']}"),
+        (f"Collecting, {site}", f"{out.sidecar_url}/console/trials/{t['collecting']}"),
         ("Paused (retention switched off)", f"{out.sidecar_url}/console/trials/{t['paused']}"),
         ("Experiment over a dataset", f"{out.collector_url}/console/experiments/{out.experiment_id}"),
         ("A/B comparison over the dataset", f"{out.collector_url}/console/comparisons?open={out.comparison_id}"),

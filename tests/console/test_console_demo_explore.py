@@ -67,7 +67,8 @@ async def sidecar_screens(browser: Any, demo: RunningDemo) -> None:
         await sign_in(page, demo.token, r"/console/$")
         ids = {k: demo.id_of(label) for k, label in (
             ("decided", "Adoptable, stopped"), ("continue", "Adoptable, still running"), ("rejected", "Rejected"),
-            ("collecting", "Collecting"), ("paused", "Paused"))}
+            ("collecting", "Collecting, judged at"), ("collecting-local", "Collecting, judged by"),
+            ("paused", "Paused"))}
         watch_id = demo.id_of("Adopted, its watch")
 
         live = await shot(page, "live", "", watch_id, ids["continue"], ids["paused"])
@@ -79,10 +80,13 @@ async def sidecar_screens(browser: Any, demo: RunningDemo) -> None:
         await shot(page, "trials", "/console/trials", *ids.values())
         await shot(page, "trial-new", "/console/trials/new", CANDIDATE)
         for name, verdict in (("decided", "Adoptable"), ("continue", "Adoptable"), ("rejected", "Rejected"),
-                              ("collecting", "Collecting"), ("paused", "Paused")):
+                              ("collecting", "Collecting"), ("collecting-local", "Collecting"),
+                              ("paused", "Paused")):
             await page.goto(f"/console/trials/{ids[name]}")
             await expect(page.locator("#verdict")).to_have_text(verdict)
-            await shot(page, f"trial-{name}", "", ids[name])
+            body = await shot(page, f"trial-{name}", "", ids[name])
+            if name != "collecting":  # judged at the control plane: this sidecar holds none of its cases
+                assert "no judged cases yet" not in body, name
         await expect(page.locator("#trial-state")).to_contain_text("posture")  # the paused one says why
         await page.goto(f"/console/watches/{watch_id}")
         await expect(page.locator("#detector-state")).to_have_text("Fired")
@@ -122,7 +126,7 @@ async def control_plane_screens(browser: Any, demo: RunningDemo) -> None:
     try:
         page = await pages.page()
         await sign_in(page, demo.token, r"/console/(live)?$")
-        collecting = demo.id_of("Collecting")
+        collecting = demo.id_of("Collecting, judged at")
         experiment = demo.id_of("Experiment")
         await shot(page, "cp-live", "/console/live", collecting)
         await shot(page, "cp-results", "/console/results", collecting, experiment)

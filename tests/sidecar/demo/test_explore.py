@@ -33,7 +33,10 @@ async def test_the_explorable_demo_populates_every_state_and_stops_on_ctrl_c() -
             assert trials[demo.id_of("Adoptable, stopped")]["status"] == "decided"
             assert trials[demo.id_of("Rejected")]["verdict"]["wording"] == "Rejected"
             assert trials[demo.id_of("Paused")]["verdict"]["wording"] == "Paused"
-            collecting = trials[demo.id_of("Collecting")]
+            collecting = trials[demo.id_of("Collecting, judged at the control plane")]
+            local = trials[demo.id_of("Collecting, judged by the sidecar")]
+            assert (local["status"], local["verdict"]["wording"], local["team"]) == ("running", "Collecting", TEAM)
+            assert local["verdict"]["cases"] > 0
 
             # The promoted trial's watch fired: its alert is firing.
             watch_id = demo.id_of("Adopted, its watch")
