@@ -149,9 +149,10 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole loop on simulated models, in one command")
     demo.add_argument("--exchanges", type=int, default=4000, help="most exchanges the simulated gateway sends")
     demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--hold", action=argparse.BooleanOptionalAction, default=None,
-                      help="keep the sidecar and its console up after the verdict, until Ctrl-C "
-                           "(default: on a terminal)")
+    demo.add_argument("--stay", "--hold", dest="stay", action=argparse.BooleanOptionalAction, default=None,
+                      help="keep running until Ctrl-C with a sidecar and a control-plane collector, both consoles "
+                           "populated (trials in every state, a watch that fired, a dataset and an experiment); "
+                           "default: when stdout is a terminal")
 
     fake = sub.add_parser("fake-provider", help="serve the demo's simulated models on an OpenAI-compatible endpoint")
     fake.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000; port 0 picks one)")
@@ -599,8 +600,12 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     if args.command == "demo":
         from sidecar.demo.scenario import run_demo
 
-        hold = args.hold if args.hold is not None else sys.stdin.isatty() and sys.stdout.isatty()
-        return asyncio.run(run_demo(exchanges=args.exchanges, seed=args.seed, hold=hold))
+        stay = args.stay if args.stay is not None else sys.stdout.isatty()
+        if stay:
+            from sidecar.demo.explore import run_explorable
+
+            return asyncio.run(run_explorable(seed=args.seed))
+        return asyncio.run(run_demo(exchanges=args.exchanges, seed=args.seed))
     return _client(args, env)
 
 

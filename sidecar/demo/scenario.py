@@ -242,8 +242,18 @@ def _report(view: dict[str, Any], shadow_incumbent: int, wall: float) -> None:
     print()
     print(render_trial(view))
     print()
-    v, p = view["verdict"], view["paired"]
     rows = [
+        *verdict_rows(view),
+        ("incumbent calls made by the sidecar", str(shadow_incumbent)),
+        ("wall time", f"{wall:.1f}s"),
+    ]
+    print(table(rows, ("SIMULATED MODELS — final verdict", "value")))
+
+
+def verdict_rows(view: dict[str, Any]) -> list[tuple[str, str]]:
+    """The verdict table's rows of a trial's view (``GET /v1/trials/{id}``)."""
+    v, p = view["verdict"], view["paired"]
+    return [
         ("verdict", f"{v['wording']} ({v['code']})"),
         ("judged cases", str(v["cases"])),
         ("candidate win rate", pct(v["win_rate"])),
@@ -252,10 +262,7 @@ def _report(view: dict[str, Any], shadow_incumbent: int, wall: float) -> None:
         ("candidate cost vs incumbent", "—" if p["cost_ratio"] is None else f"{100 * p['cost_ratio']:.0f}%"),
         ("candidate p50 latency vs incumbent", "—" if p["latency_ratio"] is None else f"{100 * p['latency_ratio']:.0f}%"),
         ("evaluation spend (known)", f"{usd(view['spend']['known_micros'])} of {usd(view['spend']['cap_micros'])}"),
-        ("incumbent calls made by the sidecar", str(shadow_incumbent)),
-        ("wall time", f"{wall:.1f}s"),
     ]
-    print(table(rows, ("SIMULATED MODELS — final verdict", "value")))
 
 
 def _bounds(iv: dict[str, float] | None) -> str:
