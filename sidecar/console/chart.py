@@ -54,6 +54,20 @@ class Chart:
     path_lower: str = ""
     path_upper: str = ""
     path_area: str = ""
+    #: The decided label's side of its line: "start" (right of it) or, past the middle, "end".
+    decided_anchor: str = "start"
+
+
+def round_step(span: int, most: int = 6) -> int:
+    """The tick step for an axis from 0 to ``span``: 1, 2 or 5 times a power of ten, the smallest
+    giving at most ``most`` intervals (ticks at 0, 100, 200, never 91, 182, 273)."""
+    magnitude = 1
+    while True:
+        for m in (1, 2, 5):
+            step = m * magnitude
+            if span / step <= most:
+                return step
+        magnitude *= 10
 
 
 def _y(p: float) -> float:
@@ -86,7 +100,7 @@ def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, flo
                           f"bootstrap interval {pct(boot['lower'])} to {pct(boot['upper'])}"))
     win = verdict.get("win_rate")
     point = (x(n), _y(win)) if win is not None and n > 0 else None
-    step = max(1, span // 5)
+    step = round_step(span)
     x_ticks = tuple((x(c), str(c)) for c in range(0, span + 1, step))
     y_ticks = tuple((_y(p), pct(p)) for p in (0.0, 0.25, 0.5, 0.75, 1.0))
     if n == 0:
@@ -107,6 +121,7 @@ def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, flo
         y_ticks=y_ticks, x_ticks=x_ticks, marks=tuple(marks), point=point,
         decided_x=None if decided is None else x(int(decided)),
         decided_label="" if decided is None else f"decided at case {decided}",
+        decided_anchor="end" if decided is not None and x(int(decided)) > (LEFT + WIDTH - RIGHT) / 2 else "start",
         summary=summary,
         note=("The shaded band is the confidence sequence's running intersection recomputed after every judged "
               "case, in the order the cases were claimed, from the stored case scores. The trial itself decides "
@@ -204,7 +219,7 @@ def detector_history(watch: dict[str, Any], path: Sequence[tuple[int, float]]) -
         return TOP + (1.0 - max(0.0, min(1.0, stat / top))) * (bottom - TOP)
 
     line = " ".join(f"{x(j):.1f},{y(s):.1f}" for j, s in ([(0, 0.0)] if path else []) + list(path))
-    step = max(1, span // 5)
+    step = round_step(span)
     peak = max((s for _, s in path), default=0.0)
     return History(
         width=WIDTH, height=height, plot_left=LEFT, plot_right=WIDTH - RIGHT, plot_top=TOP, plot_bottom=bottom,
