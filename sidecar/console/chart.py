@@ -16,7 +16,7 @@ from sidecar.console.fmt import pct
 
 WIDTH = 640
 HEIGHT = 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
+LEFT, RIGHT, TOP, BOTTOM = 66, 16, 16, 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,7 @@ def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, flo
     point = (x(n), _y(win)) if win is not None and n > 0 else None
     step = round_step(span)
     x_ticks = tuple((x(c), str(c)) for c in range(0, span + 1, step))
-    y_ticks = tuple((_y(p), pct(p)) for p in (0.0, 0.25, 0.5, 0.75, 1.0))
+    y_ticks = tuple((_y(p), f"{round(100 * p)}%") for p in (0.0, 0.25, 0.5, 0.75, 1.0))
     if n == 0:
         summary = "No judged cases yet."
     else:
@@ -170,7 +170,7 @@ def detector_gauge(watch: dict[str, Any]) -> Gauge:
     summary = (f"Detector statistic {stat:.3f} against threshold {threshold:.3f} ({state}); "
                f"{judged} judged case(s) against the minimum of {minimum}.")
     return Gauge(
-        width=640, height=120, left=left, right=right,
+        width=640, height=170, left=left, right=right,
         stat_x=scale(stat, s_top), threshold_x=scale(threshold, s_top),
         stat_label=f"{stat:.3f}", threshold_label=f"threshold {threshold:.3f}",
         judged_x=scale(judged, j_top), min_x=scale(minimum, j_top),
@@ -226,7 +226,7 @@ def detector_history(watch: dict[str, Any], path: Sequence[tuple[int, float]]) -
         line=line, threshold_y=y(threshold), min_x=x(minimum), fired_x=None if fired is None else x(int(fired)),
         x_ticks=tuple((x(c), str(c)) for c in range(0, span + 1, step)),
         y_ticks=tuple((y(v), f"{v:.1f}") for v in (0.0, threshold, top / 2, top)
-                      if v in (0.0, threshold) or abs(y(v) - y(threshold)) > 14),
+                      if v == threshold or abs(y(v) - y(threshold)) > 28),
         summary=(f"Over {path[-1][0] if path else 0} judged case(s) the statistic peaked at {peak:.3f} against a "
                  f"threshold of {threshold:.3f}" + (f"; it fired at judged case {fired}." if fired else ".")),
     )

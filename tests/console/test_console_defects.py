@@ -12,11 +12,13 @@ import httpx
 import pytest
 from playwright.async_api import expect
 
+from sidecar.collector.server import CollectorServer
 from sidecar.console.chart import decision_chart, round_step
 from sidecar.console.wording import product_words
 from tests.console.conftest import Pages
 from tests.console.test_console_browser import sign_in
-from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
+from tests.console.test_console_phone import control_plane  # noqa: F401 (a fixture)
+from tests.harness import CANDIDATE, INCUMBENT, AuthKit, Harness, exchange
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -242,3 +244,37 @@ async def test_compare_incumbent_is_chosen_one_model_is_worded_and_cards_show_th
             pages.check_local()
         finally:
             await pages.close()
+
+
+@ASYNC
+async def test_datasets_offers_seeding_only_with_retained_exchanges_and_says_why_under_its_card(
+    control_plane: tuple[CollectorServer, AuthKit], browser: Any,  # noqa: F811 (the fixture)
+) -> None:
+    server, auth = control_plane
+    pages = Pages(browser, server.url)
+    try:
+        page = await pages.page()
+        await page.goto("/console/login")
+        await page.get_by_label("Access token").fill(
+            auth.token(subject="dev", roles=["tenant_admin"], teams=["team-a"], content=True))
+        await page.get_by_role("button", name="Sign in").click()
+        await page.goto("/console/datasets")
+        # Retention on, but the control plane holds no exchange of the team: not offered.
+        team = page.locator("#seeding [data-team=team-a]")
+        await expect(team).to_contain_text("unavailable")
+        await expect(team).to_contain_text("no retained exchange")
+        await expect(page.get_by_role("button", name="Seed from traffic")).to_be_disabled()
+        # A seed forced anyway is refused, and the refusal is shown under the seeding card, not Import.
+        csrf = await page.locator("form[action='/console/logout'] input[name=csrf]").input_value()
+        await page.evaluate("""csrf => {
+            const f = document.createElement('form'); f.method = 'post'; f.action = '/console/datasets/seed';
+            for (const [k, v] of Object.entries({csrf, seed_team: 'team-a', seed_name: 'forced'})) {
+                const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }
+            document.body.appendChild(f); f.submit(); }""", csrf)
+        await expect(page.locator("#seed-error")).to_contain_text("no retained exchange")
+        await expect(page.locator("#form-error")).to_have_count(0)
+        seed_card = await page.locator("section[aria-labelledby=seed-h]").bounding_box()
+        error = await page.locator("#seed-error").bounding_box()
+        assert seed_card and error and seed_card["y"] <= error["y"] <= seed_card["y"] + seed_card["height"]
+    finally:
+        await pages.close()
