@@ -23,6 +23,8 @@ from sidecar.config import load_config
 from tests.console.conftest import PHONE, Pages
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, Harness, exchange, write_config
 from tests.sidecar.services.test_watches import adoptable_trial, models, served
+from uplink.collector_store import Held
+from uplink.schema import TrialState, encode_record
 from tests.uplink.kit import UplinkKit
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -74,7 +76,8 @@ async def test_phone_verdicts_alert_buttons_and_chart_text(tmp_path: Path, brows
             await expect(page.locator(f"a[href='/console/trials/{running['id']}']").first).to_be_visible()
             await on_screen(page, "#main table th:text-is('Verdict')", problems)
             await on_screen(page, "#main table td .verdict", problems)
-            for path, table in (("/console/results", "#traffic"), ("/console/trials", "#trials")):
+            for path, table in (("/console/live", "#running"), ("/console/results", "#traffic"),
+                            ("/console/trials", "#trials")):
                 await page.goto(path)
                 await expect(page.locator(f"{table} tbody tr")).to_have_count(2)
                 await on_screen(page, f"{table} th:text-is('Verdict')", problems)
@@ -165,6 +168,43 @@ async def test_the_comparison_panel_close_is_on_screen_at_every_width(
             assert 0 <= close["y"] and close["y"] + close["height"] <= height, close
             await page.locator(f"#panel-{comparison_id} [data-panel-close]").click()
             await expect(panel).to_be_hidden()
+        pages.check_local()
+    finally:
+        await pages.close()
+
+
+async def a_reported_trial(server: CollectorServer) -> str:
+    """A trial as a sidecar reported it (its ``trial_state`` record), for the control plane's traffic screens."""
+    assert server.store is not None
+    state = TrialState(id="trial:tr_phone0123456789:1", trial_id="tr_phone0123456789", team="team-a", revision=1,
+                       status="running", at=1.0, incumbent_model="an-incumbent-with-a-long-name",
+                       candidate_model="a-candidate-with-a-long-name", execution_site="local",
+                       judge_version_id="jv", verdict="Collecting")
+    await server.store.put_collected([Held(
+        id=state.id, kind="trial_state", sidecar_id="gw-1/sidecar-with-a-long-name", team="team-a",
+        trial_id=state.trial_id, exchange_id=None, revision=1, body=encode_record(state), received_at=1.0)])
+    return state.trial_id
+
+
+async def test_control_plane_tables_keep_the_verdict_on_a_phone(
+    control_plane: tuple[CollectorServer, AuthKit], browser: Any,
+) -> None:
+    server, auth = control_plane
+    await a_reported_trial(server)
+    pages = Pages(browser, server.url)
+    try:
+        page = await pages.page(viewport=PHONE)
+        await page.goto("/console/login")
+        await page.get_by_label("Access token").fill(auth.token(subject="dev", roles=["tenant_admin"], teams=["team-a"]))
+        await page.get_by_role("button", name="Sign in").click()
+        problems: list[str] = []
+        for path, table in (("/console/live", "#running"), ("/console/results", "#traffic"),
+                            ("/console/trials", "#trials")):
+            await page.goto(path)
+            await expect(page.locator(f"{table} tbody tr[data-trial]")).to_have_count(1)
+            await on_screen(page, f"{table} th:text-is('Verdict')", problems)
+            await on_screen(page, f"{table} tbody tr[data-trial] td:nth-child(2)", problems)
+        assert not problems, "\n".join(problems)
         pages.check_local()
     finally:
         await pages.close()

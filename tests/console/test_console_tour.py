@@ -18,7 +18,7 @@ from playwright.async_api import expect
 from sidecar.collector.server import CollectorServer
 from tests.console.conftest import Pages, artifacts_dir, screenshot
 from tests.console.test_console_browser import sign_in
-from tests.console.test_console_phone import a_comparison, control_plane  # noqa: F401 (a fixture)
+from tests.console.test_console_phone import a_comparison, a_reported_trial, control_plane  # noqa: F401 (a fixture)
 from tests.harness import CANDIDATE, AuthKit, Harness
 from tests.sidecar.services.test_watches import adoptable_trial, judged, models, served
 
@@ -73,6 +73,7 @@ async def test_every_control_plane_screen_at_both_sizes(
     server, auth = control_plane
     token = auth.token(subject="dev", roles=["platform_admin"], teams=["team-a"], content=True)
     comparison_id = await a_comparison(server, token)
+    trial_id = await a_reported_trial(server)
     pages = Pages(browser, server.url)
     try:
         page = await pages.page()
@@ -86,8 +87,8 @@ async def test_every_control_plane_screen_at_both_sizes(
         assert dataset_path
         for path, name, heading in (
             ("/console/live", "live", "Live"), ("/console/results", "results", "Results"),
-            ("/console/trials", "trials", "Trials"), ("/console/watches", "watches", "Watches"),
-            ("/console/experiments", "experiments", "Experiments"),
+            ("/console/trials", "trials", "Trials"), (f"/console/trials/{trial_id}", "trial", None),
+            ("/console/watches", "watches", "Watches"), ("/console/experiments", "experiments", "Experiments"),
             ("/console/experiments/new", "experiment-new", None),
             ("/console/datasets", "datasets", "Datasets"), (dataset_path, "dataset", None),
             ("/console/comparisons", "comparisons", "Comparisons"),
