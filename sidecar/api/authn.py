@@ -34,6 +34,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: Paths any caller may read: content-free, and needed by probes and scrapers.
 PUBLIC_PATHS = frozenset(("/healthz", "/readyz", "/metrics", "/openapi.json"))
+#: A browser asks for it on every page it opens; answered 204 without a principal, never 401 (issue 28).
+FAVICON = "/favicon.ico"
 #: The admin app's verifier (None: authentication off), for reloading its keys.
 VERIFIER = web.AppKey("verifier", Verifier)
 
@@ -98,6 +100,8 @@ def authn_middleware(
 
     @web.middleware
     async def authn(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == FAVICON and request.method in ("GET", "HEAD"):
+            return web.Response(status=204, headers={"Cache-Control": "public, max-age=86400"})
         # The raw path decides delegation, as it decides routing: "/console%2f..%2fv1" is not the console's.
         if request.path in PUBLIC_PATHS or delegated_path(request.rel_url.raw_path, delegated):
             return await handler(request)

@@ -111,6 +111,7 @@ class CollectorServer:
                                          halted=self.records.halted, content_posture=self.records.content_posture)
             app = collector_app(self.records, verifier, settings, middlewares=self._middlewares)
             app.router.add_get("/readyz", self._readyz)
+            app.router.add_get("/favicon.ico", _favicon)  # a browser's every page: 204, never an error
             if self.config is not None:  # corpus evidence lives in the control plane (docs/experiments.md)
                 ctx = corpus_context(self.config, store)
                 if self.corpus_runner is not None:
@@ -253,3 +254,8 @@ async def serve_collector(config: Config) -> None:
             waiter.cancel()
     if server.failed.is_set():  # stopped in order above; the orchestrator restarts us
         raise SystemExit(WORKER_DIED_EXIT)
+
+
+async def _favicon(_request: web.Request) -> web.Response:
+    """No icon at the root (the console's pages name theirs); 204, so a browser logs no error."""
+    return web.Response(status=204, headers={"Cache-Control": "public, max-age=86400"})

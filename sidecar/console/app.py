@@ -10,7 +10,8 @@ Security Policy that lets a page load nothing but this sidecar's own files.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import quote
@@ -83,6 +84,9 @@ class Console:
     judge_model: str
     #: The control plane's console (``[uplink] console_url``), linked in the navigation; "" if none.
     control_plane_console: str = ""
+    #: When the console was built (monotonic seconds, about when the process started): the
+    #: tap's received count over the time since is the new-trial form's traffic rate.
+    started: float = dc_field(default_factory=time.monotonic)
 
 
 SHELL: web.AppKey[Shell] = web.AppKey("console_shell", Shell)

@@ -16,7 +16,7 @@ from sidecar.console.fmt import pct
 
 WIDTH = 640
 HEIGHT = 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
+LEFT, RIGHT, TOP, BOTTOM = 66, 16, 16, 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,20 @@ class Chart:
     path_lower: str = ""
     path_upper: str = ""
     path_area: str = ""
+    #: The decided label's side of its line: "start" (right of it) or, past the middle, "end".
+    decided_anchor: str = "start"
+
+
+def round_step(span: int, most: int = 6) -> int:
+    """The tick step for an axis from 0 to ``span``: 1, 2 or 5 times a power of ten, the smallest
+    giving at most ``most`` intervals (ticks at 0, 100, 200, never 91, 182, 273)."""
+    magnitude = 1
+    while True:
+        for m in (1, 2, 5):
+            step = m * magnitude
+            if span / step <= most:
+                return step
+        magnitude *= 10
 
 
 def _y(p: float) -> float:
@@ -86,9 +100,9 @@ def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, flo
                           f"bootstrap interval {pct(boot['lower'])} to {pct(boot['upper'])}"))
     win = verdict.get("win_rate")
     point = (x(n), _y(win)) if win is not None and n > 0 else None
-    step = max(1, span // 5)
+    step = round_step(span)
     x_ticks = tuple((x(c), str(c)) for c in range(0, span + 1, step))
-    y_ticks = tuple((_y(p), pct(p)) for p in (0.0, 0.25, 0.5, 0.75, 1.0))
+    y_ticks = tuple((_y(p), f"{round(100 * p)}%") for p in (0.0, 0.25, 0.5, 0.75, 1.0))
     if n == 0:
         summary = "No judged cases yet."
     else:
@@ -107,6 +121,7 @@ def decision_chart(verdict: dict[str, Any], path: Sequence[tuple[int, float, flo
         y_ticks=y_ticks, x_ticks=x_ticks, marks=tuple(marks), point=point,
         decided_x=None if decided is None else x(int(decided)),
         decided_label="" if decided is None else f"decided at case {decided}",
+        decided_anchor="end" if decided is not None and x(int(decided)) > (LEFT + WIDTH - RIGHT) / 2 else "start",
         summary=summary,
         note=("The shaded band is the confidence sequence's running intersection recomputed after every judged "
               "case, in the order the cases were claimed, from the stored case scores. The trial itself decides "
@@ -155,7 +170,7 @@ def detector_gauge(watch: dict[str, Any]) -> Gauge:
     summary = (f"Detector statistic {stat:.3f} against threshold {threshold:.3f} ({state}); "
                f"{judged} judged case(s) against the minimum of {minimum}.")
     return Gauge(
-        width=640, height=120, left=left, right=right,
+        width=640, height=170, left=left, right=right,
         stat_x=scale(stat, s_top), threshold_x=scale(threshold, s_top),
         stat_label=f"{stat:.3f}", threshold_label=f"threshold {threshold:.3f}",
         judged_x=scale(judged, j_top), min_x=scale(minimum, j_top),
@@ -204,14 +219,14 @@ def detector_history(watch: dict[str, Any], path: Sequence[tuple[int, float]]) -
         return TOP + (1.0 - max(0.0, min(1.0, stat / top))) * (bottom - TOP)
 
     line = " ".join(f"{x(j):.1f},{y(s):.1f}" for j, s in ([(0, 0.0)] if path else []) + list(path))
-    step = max(1, span // 5)
+    step = round_step(span)
     peak = max((s for _, s in path), default=0.0)
     return History(
         width=WIDTH, height=height, plot_left=LEFT, plot_right=WIDTH - RIGHT, plot_top=TOP, plot_bottom=bottom,
         line=line, threshold_y=y(threshold), min_x=x(minimum), fired_x=None if fired is None else x(int(fired)),
         x_ticks=tuple((x(c), str(c)) for c in range(0, span + 1, step)),
         y_ticks=tuple((y(v), f"{v:.1f}") for v in (0.0, threshold, top / 2, top)
-                      if v in (0.0, threshold) or abs(y(v) - y(threshold)) > 14),
+                      if v == threshold or abs(y(v) - y(threshold)) > 28),
         summary=(f"Over {path[-1][0] if path else 0} judged case(s) the statistic peaked at {peak:.3f} against a "
                  f"threshold of {threshold:.3f}" + (f"; it fired at judged case {fired}." if fired else ".")),
     )

@@ -19,9 +19,15 @@ from aiohttp import web
 from policies.roles import decide
 from sidecar.console.app import SECURITY_HEADERS, principal, render, state
 from sidecar.console.pages import visible_teams
+from sidecar.console.wording import product_words
 from sidecar.errors import ApiError
 from sidecar.ingest.wire import encode
 from sidecar.services.compare import DEFAULT_COMPARE_CAP_USD, MAX_MODELS, MIN_MODELS, decode_compare
+
+
+#: A refused compare's field, as the page names it.
+FIELD_LABELS = {"$.models": "Models", "$.team": "Team", "$.spend_cap_usd": "Spend cap",
+                "$.max_tokens": "Max tokens per answer", "$.messages": "Prompt"}
 
 
 async def compare_page(request: web.Request) -> web.Response:
@@ -42,7 +48,9 @@ async def compare_stream(request: web.Request) -> web.StreamResponse:
         plan = console.compare.plan(principal(request), decode_compare(await request.read()))
     except ApiError as exc:
         console.compare.refused()
-        body = {"error": {"code": exc.code, "message": exc.message, "field": exc.field}}
+        # The product's words (issue 28): "Models needs at least 2 entries.", not the decoder's.
+        message = product_words(exc.message, FIELD_LABELS.get(exc.field or ""))
+        body = {"error": {"code": exc.code, "message": message, "field": exc.field}}
         return web.Response(status=exc.status, body=encode(body), content_type="application/json")
     response = web.StreamResponse(headers={
         "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store", "X-Accel-Buffering": "no",

@@ -25,9 +25,16 @@ class Field:
     group: str = "trial"
 
     @property
+    def advanced(self) -> bool:
+        """Grouped under the form's *Advanced* disclosure: everything but the five a trial needs first."""
+        return self.name not in BASIC_FIELDS
+
+    @property
     def dom_id(self) -> str:
         return "f-" + self.name.replace(".", "-").replace("_", "-")
 
+
+BASIC_FIELDS = frozenset({"team", "incumbent_model", "candidate_model", "spend_cap_usd", "sample_rate"})
 
 TRIAL_FIELDS: tuple[Field, ...] = (
     Field("team", "Team", "text", True),
@@ -93,3 +100,17 @@ def field_name(api_field: str | None) -> str | None:
         return None
     name = api_field[2:]
     return name if any(f.name == name for f in TRIAL_FIELDS) else None
+
+
+def field_names(api_field: str | None) -> tuple[str, ...]:
+    """Every form field an API error's ``field`` covers: ``$.candidate_price`` covers both of the
+    candidate's price fields, ``$.judge`` every judge field; ``$.team`` just the team."""
+    if not api_field or not api_field.startswith("$."):
+        return ()
+    name = api_field[2:]
+    return tuple(f.name for f in TRIAL_FIELDS if f.name == name or f.name.startswith(name + "."))
+
+
+def label_of(name: str | None) -> str | None:
+    """A form field's label, for a message in the product's words."""
+    return next((f.label for f in TRIAL_FIELDS if f.name == name), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import time
 from typing import Any
 
 from aiohttp import web
@@ -21,10 +22,12 @@ from sidecar.auth.errors import Unauthorized
 from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, render, shell, state
 from sidecar.console.chart import decision_chart
 from sidecar.console.confirm import ask, confirmed
-from sidecar.console.forms import TRIAL_FIELDS, decode_trial_form, field_name
+from sidecar.console.estimate import duration, estimate
+from sidecar.console.forms import TRIAL_FIELDS, decode_trial_form, field_names, label_of
 from sidecar.console.session import SESSION_COOKIE, clear_cookie, set_cookie
 from sidecar.console.slots import promote_slot
-from sidecar.errors import BadRequest, Forbidden, NotFound
+from sidecar.console.wording import product_words
+from sidecar.errors import ApiError, BadRequest, Forbidden, NotFound
 from sidecar.services.posture import PostureIn, check_if_match, check_team
 from sidecar.services.trials import PAUSED
 from sidecar.store.errors import IdempotencyConflict
@@ -149,17 +152,42 @@ def _price_hints(request: web.Request) -> list[dict[str, Any]]:
     return hints
 
 
-async def _new_form(request: web.Request, *, values: dict[str, str], error: BadRequest | None = None,
+async def _writable_teams(request: web.Request) -> list[str]:
+    """The teams the principal may start a trial for: the new-trial form's Team choices."""
+    p = principal(request)
+    return [t for t in await visible_teams(request) if can_write(p, t)]
+
+
+async def _estimate(request: web.Request, values: dict[str, str]) -> dict[str, Any]:
+    """The form's estimate at the current traffic (:mod:`sidecar.console.estimate`)."""
+    console = state(request)
+    live = await console.watches.live(principal(request))
+    week = live["evaluation_spend"]["last_7_days"]["evaluation"]
+    est = estimate(received=int(live["counters"].get("exchanges_received", 0)),
+                   elapsed_s=time.monotonic() - console.started,
+                   charged_micros=int(week["charged_micros"]), cases=int(week["cases"]), values=values)
+    return {"e": est, "to_min": duration(est.to_min_s), "to_expected": duration(est.to_expected_s)}
+
+
+async def _new_form(request: web.Request, *, values: dict[str, str], error: ApiError | None = None,
                     status: int = 200) -> web.Response:
-    bad = field_name(error.field) if error is not None else None
+    bad = field_names(error.field) if error is not None else ()
+    message = None
+    if error is not None:  # the product's words, led by the field's label (issue 28, item 5)
+        message = product_words(error.message, label_of(bad[0]) if len(bad) == 1 else None)
+    advanced = any(values.get(f.name, "").strip() for f in TRIAL_FIELDS if f.advanced) or any(
+        f.advanced and f.name in bad for f in TRIAL_FIELDS)
     return render(
         request, "trial_new.html", status=status, nav="trials", fields=TRIAL_FIELDS, values=values,
-        error=error, bad_field=bad, hints=_price_hints(request), teams=await visible_teams(request),
+        error=error, message=message, bad_fields=bad, hints=_price_hints(request),
+        teams=await _writable_teams(request), advanced_open=advanced, estimate=await _estimate(request, values),
         request_key=values.get("request_key") or secrets.token_urlsafe(16), judge_model=state(request).judge_model,
     )
 
 
 async def new_trial_page(request: web.Request) -> web.Response:
+    if not writes_any(principal(request)):  # a viewer is not offered "Start trial" (issue 28, item 5)
+        raise Forbidden("your roles may read trials but not start one; ask a team's admin or operator")
     values = {f.name: request.query.get(f.name, "") for f in TRIAL_FIELDS}
     return await _new_form(request, values=values)
 
@@ -170,11 +198,14 @@ async def create_trial(request: web.Request) -> web.Response:
         body, raw = decode_trial_form(fields)
         key = fields.get("request_key") or None
         view, _created = await state(request).trials.create(principal(request), body, raw, key)
-    except BadRequest as exc:  # shown at the field, the form kept
-        return await _new_form(request, values=fields, error=exc, status=400)
     except IdempotencyConflict:
         return await _new_form(request, values=dict(fields, request_key=""), status=409, error=BadRequest(
             "this form was already submitted with other values; check them and submit again"))
+    except ApiError as exc:
+        if exc.status in (401, 403):
+            raise  # a refusal of the principal: the error page, as for every console write
+        # 400, 409, 422 (a model without a list price): shown at the field, the typed input kept.
+        return await _new_form(request, values=fields, error=exc, status=exc.status)
     return redirect(f"{CONSOLE_PREFIX}/trials/{view['id']}")
 
 

@@ -131,8 +131,14 @@ async def current_posture(ctx: PostureContext, team: str) -> Current:
     )
 
 
-def view(current: Current, stale_after_s: float) -> dict[str, Any]:
-    """The JSON answer of the posture routes."""
+#: Why replay is unavailable whatever the team's posture: this sidecar keeps no exchange to replay.
+NO_WINDOW = ("this sidecar keeps no exchanges to replay: its retention window is off "
+             "([retention] enabled with a key in retention.key_env)")
+
+
+def view(current: Current, stale_after_s: float, window: bool = True) -> dict[str, Any]:
+    """The JSON answer of the posture routes; ``window``: whether this sidecar runs a retention
+    window (a retention key), without which replay is unavailable for every team (issue 28)."""
     live = live_uplink(reports_of(current.reports), now=current.now, stale_after_s=stale_after_s)
     return {
         "team": current.team,
@@ -150,7 +156,8 @@ def view(current: Current, stale_after_s: float) -> dict[str, Any]:
         "stale_after_seconds": stale_after_s,
         "execution_site": current.site,
         "features": {
-            name: {"available": a.available, "reason": a.reason}
+            name: ({"available": False, "reason": NO_WINDOW} if name == "replay" and not window and a.available
+                   else {"available": a.available, "reason": a.reason})
             for name, a in retention_features(current.prompt_retention).items()
         },
     }
@@ -172,7 +179,7 @@ class PostureService:
 
     async def get(self, principal: Principal, team: str) -> dict[str, Any]:
         require(principal, team, "read", not_found=_missing(team), forbidden=_missing(team))
-        return view(await current_posture(self._ctx, team), self._ctx.stale_after_s)
+        return view(await current_posture(self._ctx, team), self._ctx.stale_after_s, self._ctx.retention is not None)
 
     async def put(
         self, principal: Principal, team: str, body: PostureIn, expected_revision: int | None
@@ -208,7 +215,7 @@ class PostureService:
             await ctx.store.forget_retained(team)
         if written.paused:
             log.warning("team posture change paused %d trial(s) posture_changed", len(written.paused))
-        answer = view(await current_posture(ctx, team), ctx.stale_after_s)
+        answer = view(await current_posture(ctx, team), ctx.stale_after_s, ctx.retention is not None)
         answer["paused_trials"] = list(written.paused)
         return answer
 

@@ -67,7 +67,7 @@ class Pages:
         self.contexts: list[Any] = []
 
     async def page(self, **context_kw: Any) -> Any:
-        context = await self.browser.new_context(viewport=DESKTOP, base_url=self.base_url, **context_kw)
+        context = await self.browser.new_context(**{"viewport": DESKTOP, **context_kw}, base_url=self.base_url)
         self.contexts.append(context)
         page = await context.new_page()
         page.on("request", lambda request: self.requests.append(request.url))

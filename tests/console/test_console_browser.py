@@ -111,7 +111,7 @@ async def test_create_by_clicking_reach_verdict_and_stop(tmp_path: Path, browser
 
             await page.get_by_role("link", name="Trials", exact=True).click()
             await page.get_by_role("link", name="New trial").click()
-            await page.get_by_label("Team").fill("team-a")
+            await page.get_by_label("Team").select_option("team-a")
             await page.get_by_label("Incumbent model").fill(INCUMBENT)
             await page.get_by_label("Candidate model").fill(CANDIDATE)
             await page.get_by_label("Spend cap").fill("not a number")

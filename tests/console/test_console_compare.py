@@ -46,8 +46,10 @@ async def test_compare_streams_answers_side_by_side(tmp_path: Path, browser: Any
             page = await pages.page()
             await sign_in(page, h.token(subject="dev", roles=["developer"], teams=["team-a"], content=True))
             await page.get_by_role("link", name="Compare").click()
-            await page.get_by_label(INCUMBENT).check()
             await page.get_by_label(CANDIDATE).check()
+            await page.get_by_label(INCUMBENT).check()
+            # Clicked in the other order: the incumbent is the one chosen, never the first clicked.
+            await page.get_by_label("Incumbent (the model served today)").select_option(INCUMBENT)
             await page.get_by_label("Prompt").fill("Which is better, <b>tea</b> or coffee?")
             await screenshot(page, "compare-form")
             await page.get_by_role("button", name="Compare").click()

@@ -33,7 +33,7 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             page = await pages.page()
             await sign_in(page, h.token(subject="dev", roles=["tenant_admin"], teams=["team-a"]))
             await page.goto("/console/trials/new")
-            await page.get_by_label("Team").fill("team-a")
+            await page.get_by_label("Team").select_option("team-a")
             await page.get_by_label("Incumbent model").fill(INCUMBENT)
             await page.get_by_label("Candidate model").fill(CANDIDATE)
             await page.get_by_label("Spend cap").fill("10")

@@ -103,14 +103,31 @@ async def _seeding(request: web.Request, teams: Sequence[str]) -> list[dict[str,
         elif ctx.retained is None:
             reason = ("the control plane holds no retained traffic: it stays in each sidecar's retention window; "
                       "import a JSONL or CSV file instead")
+        elif not await _holds_any(ctx.retained, team):
+            reason = ("the control plane holds no retained exchange of this team yet: its exchanges arrive once "
+                      "the team is cut over and its gateways send traffic")
         else:
             reason = ""
         out.append({"team": team, "retention": retained, "available": not reason, "reason": reason})
     return out
 
 
+async def _holds_any(source: Any, team: str) -> bool:
+    """Whether the team's retained traffic has at least one exchange (read no further than the first)."""
+    exchanges = source(team)
+    try:
+        async for _ in exchanges:
+            return True
+        return False
+    finally:
+        close = getattr(exchanges, "aclose", None)
+        if close is not None:
+            await close()
+
+
 async def datasets_page(request: web.Request, *, error: ApiError | None = None, values: dict[str, str] | None = None,
-                        status: int = 200) -> web.Response:
+                        status: int = 200, error_at: str = "import") -> web.Response:
+    """``error_at``: the card a refusal is shown under, ``import`` or ``seed`` (issue 28)."""
     p = principal(request)
     team = request.query.get("team", "").strip() or None
     teams = await _teams(request)
@@ -118,7 +135,7 @@ async def datasets_page(request: web.Request, *, error: ApiError | None = None, 
     writable = [t for t in teams if _writes(p, t)]
     return render(request, "datasets.html", status=status, nav="datasets", datasets=datasets, teams=teams,
                   team=team or "", writable=writable, seeding=await _seeding(request, teams), error=error,
-                  values=values or {}, formats=FORMATS)
+                  error_at=error_at, values=values or {}, formats=FORMATS)
 
 
 def _format(filename: str, given: str) -> str:
@@ -176,7 +193,7 @@ async def seed_dataset(request: web.Request) -> web.StreamResponse:
     except ApiError as exc:
         if exc.status in (401, 403):
             raise
-        return await datasets_page(request, error=exc, values=fields, status=exc.status)
+        return await datasets_page(request, error=exc, values=fields, status=exc.status, error_at="seed")
     return redirect(f"{CONSOLE_PREFIX}/datasets/{view['id']}?seeded={view['skipped']}")
 
 

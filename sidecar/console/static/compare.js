@@ -46,11 +46,12 @@
       col.setAttribute("data-model", model);
       col.setAttribute("aria-label", "Answer of " + model);
       col.appendChild(el("h3", "", model));
+      if (model === form.elements.incumbent.value) { col.appendChild(el("p", "small role", "Incumbent")); }
       var facts = el("dl", "facts");
-      ["Latency", "Cost", "Judge score"].forEach(function (name) {
+      ["Latency", "Cost", "Judge score", "Judge version"].forEach(function (name) {
         facts.appendChild(el("dt", "", name));
         var dd = el("dd", "", "…");
-        dd.setAttribute("data-fact", name.toLowerCase().replace(" ", "-"));
+        dd.setAttribute("data-fact", name.toLowerCase().replace(/ /g, "-"));
         facts.appendChild(dd);
       });
       col.appendChild(facts);
@@ -77,6 +78,9 @@
       } else if (event === "score") {
         fact(data.model, "judge-score", data.score !== null && data.score !== undefined
           ? data.score + " / 10" : "none (" + (data.error || "no score") + ")");
+        var jv = data.judge_version || {};
+        fact(data.model, "judge-version", jv.id ? (jv.name || jv.family || "judge") + " " + String(jv.id).slice(0, 12) +
+          (jv.model ? " (" + jv.model + ")" : "") : "—");
       } else if (event === "done") {
         var hint = data.trial_hint || {};
         var body = hint.body || {};
@@ -93,6 +97,7 @@
         done.appendChild(link);
         done.hidden = false;
         status.textContent = "Done.";
+        status.classList.add("done");
       }
     }
 
@@ -111,10 +116,19 @@
       if (running) { return; }
       errorBox.hidden = true;
       done.hidden = true;
+      status.classList.remove("done");
       var checked = Array.prototype.slice.call(form.querySelectorAll('input[name="models"]:checked'))
         .map(function (box) { return box.value; });
-      var models = order.filter(function (m) { return checked.indexOf(m) >= 0; });
+      var incumbent = form.elements.incumbent.value;
+      if (!incumbent) { fail("Choose the incumbent: the model your gateway serves today."); return; }
+      // The incumbent first, chosen explicitly; then the candidates in the order checked.
+      var models = [incumbent].concat(order.filter(function (m) { return checked.indexOf(m) >= 0 && m !== incumbent; }));
       checked.forEach(function (m) { if (models.indexOf(m) < 0) { models.push(m); } });
+      var least = parseInt(form.getAttribute("data-min-models"), 10) || 2;
+      if (models.length < least) {
+        fail("Choose at least one candidate besides the incumbent " + incumbent + ": Compare needs " + least + " models or more.");
+        return;
+      }
       var body = {
         team: form.elements.team.value,
         messages: [{ role: "user", content: form.elements.prompt.value }],
@@ -139,8 +153,7 @@
           return r.json().then(function (j) {
             var err = j.error || {};
             answers.textContent = "";
-            fail("Compare refused (" + r.status + " " + (err.code || "error") + "): " + (err.message || "") +
-              (err.field ? " [field " + err.field + "]" : ""));
+            fail("Compare refused: " + (err.message || ("status " + r.status)) + (err.code ? " (" + err.code + ")" : ""));
           }, function () { throw new Error("status " + r.status); });
         }
         var reader = r.body.getReader();

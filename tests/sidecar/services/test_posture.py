@@ -33,7 +33,10 @@ async def test_an_unknown_team_reads_its_default_posture(tmp_path: Path) -> None
                                      "execution_site")} == {
             "team": "team-x", "prompt_retention": True, "cut_over": False, "revision": 0, "stored": False,
             "gateways": [], "execution_site": "local"}
-        assert view["features"]["replay"] == {"available": True, "reason": None}
+        # No retention key here: nothing is kept to replay, so replay is not offered (issue 28).
+        assert view["features"]["replay"]["available"] is False
+        assert "retention window is off" in view["features"]["replay"]["reason"]
+        assert view["features"]["dataset_seeding"] == {"available": True, "reason": None}
 
 
 async def test_config_seeds_the_posture_and_the_gateway_reports_itself(tmp_path: Path) -> None:
