@@ -48,7 +48,7 @@ async def compare_stream(request: web.Request) -> web.StreamResponse:
         plan = console.compare.plan(principal(request), decode_compare(await request.read()))
     except ApiError as exc:
         console.compare.refused()
-        # The product's words (issue 28): "Models needs at least 2 entries.", not the decoder's.
+        # The product's words (issue 28), led by the field's label: "Models must list at least 2 items."
         message = product_words(exc.message, FIELD_LABELS.get(exc.field or ""))
         body = {"error": {"code": exc.code, "message": message, "field": exc.field}}
         return web.Response(status=exc.status, body=encode(body), content_type="application/json")

@@ -68,10 +68,10 @@ async def test_new_trial_form_keeps_the_input_and_marks_the_field_on_422_and_400
             await page.get_by_label("Candidate model").fill(CANDIDATE)
             await page.get_by_label("Sample rate").fill("1.5")
             await page.get_by_role("button", name="Start trial").click()
-            await expect(page.locator("#form-error")).to_contain_text("Sample rate (0 to 1) must be at most 1.")
+            await expect(page.locator("#form-error")).to_contain_text("Sample rate (0 to 1) must be at most 1.0.")
             await expect(page.locator("#form-error")).not_to_contain_text("Expected")
             await expect(page.locator("[data-field=sample_rate] .field-error")).to_have_text(
-                "Sample rate (0 to 1) must be at most 1.")
+                "Sample rate (0 to 1) must be at most 1.0.")
             await page.get_by_label("Sample rate").fill("1")
             await page.get_by_role("button", name="Start trial").click()
             await expect(page).to_have_url(re.compile(r"/console/trials/tr_[0-9a-f]+$"))
@@ -166,9 +166,9 @@ def test_axis_ticks_fall_on_round_numbers() -> None:
 
 
 def test_library_wording_becomes_product_wording() -> None:
-    assert product_words("Expected `float` <= 1.0", "Sample rate") == "Sample rate must be at most 1."
-    assert product_words("Expected `array` of length >= 2", "Models") == "Models needs at least 2 entries."
-    assert product_words("Expected `float`, got `str`", "Spend cap") == "Spend cap must be a number, not text."
+    assert product_words("Expected `float` <= 1.0", "Sample rate") == "Sample rate must be at most 1.0."
+    assert product_words("Expected `array` of length >= 2", "Models") == "Models must list at least 2 items."
+    assert product_words("Expected `float`, got `str`", "Spend cap") == "Spend cap must be a number, got a string."
     assert product_words("candidate model 'x' has no list price") == "candidate model 'x' has no list price"
 
 
@@ -227,7 +227,7 @@ async def test_compare_incumbent_is_chosen_one_model_is_worded_and_cards_show_th
             csrf = await page.locator("#compare-form").get_attribute("data-csrf")
             one = await page.request.post("/console/compare/stream", headers={"X-CSRF-Token": csrf or ""}, data={
                 "team": "team-a", "messages": [{"role": "user", "content": "hi"}], "models": [INCUMBENT]})
-            assert one.status == 400 and (await one.json())["error"]["message"] == "Models needs at least 2 entries."
+            assert one.status == 400 and (await one.json())["error"]["message"] == "Models must list at least 2 models."
             # Clicked candidate first: the incumbent is still the one chosen, shown first.
             await page.get_by_label(CANDIDATE).check()
             await page.get_by_label(INCUMBENT).check()
