@@ -1,0 +1,142 @@
+"""Per-segment verdicts (issue 27): segments on the wire and at creation, their storage, the view.
+
+A real sidecar judges real cases through the fake provider. The candidate's planted quality
+is 0.6 everywhere; the incumbent's answer (sent by the test) carries its own quality, so a
+tier whose incumbent answers at 0.9 is a planted regression for the candidate and a tier at
+0.1 a clear win.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policies.segment_alpha import segment_alpha
+from sidecar.demo.fake_provider import FakeModel
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+
+FAST, REASONING = 90, 40
+
+
+def models() -> dict[str, FakeModel]:
+    return {
+        INCUMBENT: FakeModel(quality=0.5),
+        CANDIDATE: FakeModel(quality=0.6, quality_noise=0.0),
+        JUDGE: FakeModel(judge=True),
+    }
+
+
+def tiered(i: int) -> dict[str, Any]:
+    """Every fourth exchange is a ``reasoning`` one, where the incumbent answers far better."""
+    if i % 4 == 3:
+        return exchange(i, content=f"incumbent answer {i} ⟨q=0.950⟩", tags={"tier": "reasoning"})
+    return exchange(i, content=f"incumbent answer {i} ⟨q=0.050⟩", tags={"tier": "fast"})
+
+
+async def create(h: Harness, **over: Any) -> Any:
+    assert h.admin
+    body: dict[str, Any] = {"team": "team-a", "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
+                            "spend_cap_usd": 10.0, "sample_rate": 1.0}
+    body.update(over)
+    return await h.admin.post("/v1/trials", json=body)
+
+
+BAD_SETTINGS: list[tuple[dict[str, Any], str]] = [
+    ({"segments": ["route", "prompt"]}, "$.segments[1]"),
+    ({"segments": ["route", "route"]}, "$.segments[1]"),
+    ({"segments": ["tag:"]}, "$.segments[0]"),
+    ({"segments": [f"tag:t{i}" for i in range(9)]}, "$.segments"),
+    ({"segments": ["route"], "segment_cap": 0}, "$.segment_cap"),
+    ({"segments": ["route"], "segment_cap": 65}, "$.segment_cap"),
+    ({"segment_min_cases": 10}, "$.segment_min_cases"),
+    ({"segments": ["route"], "segment_min_cases": 0}, "$.segment_min_cases"),
+]
+
+BAD_TAGS: list[dict[str, Any]] = [
+    {f"k{i}": "v" for i in range(17)},
+    {"tier": "v" * 129},
+    {"k" * 65: "v"},
+    {"": "v"},
+    {"tier": 3},
+]
+
+
+async def test_bad_segment_settings_are_refused_422_and_bad_tags_400_naming_the_field(tmp_path: Path) -> None:
+    async with Harness(tmp_path) as h:
+        assert h.tap
+        for over, field in BAD_SETTINGS:
+            r = await create(h, **over)
+            assert r.status_code == 422, (over, r.text)
+            error = r.json()["error"]
+            assert error["code"] == "invalid_segments" and error["field"] == field, (over, error)
+        for tags in BAD_TAGS:
+            r = await h.tap.post("/v1/exchanges", json=[exchange(1), exchange(2, tags=tags)])
+            assert r.status_code == 400, (tags, r.text)
+            assert r.json()["error"]["field"].startswith("$[1].tags"), (tags, r.json())
+        ok = await create(h, segments=["route", "model", "gateway", "length", "tag:tier"], segment_cap=64,
+                          segment_min_cases=30)
+        assert ok.status_code == 201, ok.text
+        r = await h.tap.post("/v1/exchanges", json=[exchange(3, tags={"tier": "x" * 128, "k" * 64: ""})])
+        assert r.status_code == 202, r.text
+
+
+async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(tmp_path: Path) -> None:
+    async with Harness(tmp_path, models=models(), workers=4) as h:
+        trial = await h.create_trial(audit_share=0.0, segments=["tag:tier", "route"], segment_cap=4)
+        tid = trial["id"]
+        n = FAST + REASONING
+        await h.send([tiered(i) for i in range(n)])
+        view = await h.settle(tid, n)
+        assert view["verdict"]["wording"] == "Adoptable", view["verdict"]
+        seg = view["segments"]
+        assert seg["by"] == ["tag:tier", "route"]
+        assert seg["control"] == "family-wise"
+        assert seg["per_segment_alpha"] == pytest.approx(segment_alpha(0.05, 5))
+        by_key = {v["key"]: v for v in seg["values"]}
+        assert set(by_key) == {"tag:tier=fast", "tag:tier=reasoning", "route=(unset)"}
+        bad, good = by_key["tag:tier=reasoning"], by_key["tag:tier=fast"]
+        assert bad["verdict"] == "Rejected" and bad["code"] == "regression", bad
+        assert good["verdict"] == "Adoptable", good
+        assert bad["judged"] + good["judged"] == by_key["route=(unset)"]["judged"] == view["verdict"]["cases"]
+        assert bad["upper"] < 0.45 < 0.55 < good["lower"]
+        assert bad["cost_ratio"] is not None and bad["latency_ratio"] is not None
+        assert seg["rejected"] == ["tag:tier=reasoning"]
+        assert seg["pooled_other"] == 0
+        assert seg["summary"] == "Adoptable overall; Rejected on tag:tier=reasoning"
+
+
+async def test_a_trial_without_segments_shows_none(tmp_path: Path) -> None:
+    async with Harness(tmp_path, models=models()) as h:
+        trial = await h.create_trial()
+        assert (await h.trial(trial["id"]))["segments"] is None
+
+
+async def test_a_retention_off_teams_segments_hold_no_content(tmp_path: Path) -> None:
+    secret = "the secret prompt text 4711"
+    extra = "[teams.team-a]\nprompt_retention = false\n"
+    async with Harness(tmp_path, models=models(), extra=extra) as h:
+        trial = await h.create_trial(audit_share=0.0, segments=["tag:tier", "length", "route", "model"])
+        tid = trial["id"]
+        batch = []
+        for i in range(6):
+            ex = tiered(i)
+            ex["request"]["messages"] = [{"role": "user", "content": f"{secret} {i}" + "x" * 300}]
+            batch.append(ex)
+        await h.send(batch)
+        view = await h.settle(tid, 6)
+        keys = {v["key"] for v in view["segments"]["values"]}
+        assert keys == {"tag:tier=fast", "tag:tier=reasoning", "length=<1k", "route=(unset)", f"model={INCUMBENT}"}
+        assert secret not in json.dumps(view)
+    db = sqlite3.connect(tmp_path / "trials.db")
+    try:
+        rows = db.execute("SELECT key, segment, value FROM trial_segments").fetchall()
+        case_keys = db.execute("SELECT segment_keys FROM cases").fetchall()
+    finally:
+        db.close()
+    assert rows and case_keys
+    assert secret not in repr(rows) + repr(case_keys)
+    assert "secret" not in repr(rows) + repr(case_keys)
