@@ -18,6 +18,7 @@ import pytest
 from policies.segment_alpha import segment_alpha
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+from tests.sidecar.cli.test_cli import cli, env_for
 
 FAST, REASONING = 90, 40
 
@@ -84,7 +85,9 @@ async def test_bad_segment_settings_are_refused_422_and_bad_tags_400_naming_the_
         assert r.status_code == 202, r.text
 
 
-async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(tmp_path: Path) -> None:
+async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with Harness(tmp_path, models=models(), workers=4) as h:
         trial = await h.create_trial(audit_share=0.0, segments=["tag:tier", "route"], segment_cap=4)
         tid = trial["id"]
@@ -107,6 +110,16 @@ async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(
         assert seg["rejected"] == ["tag:tier=reasoning"]
         assert seg["pooled_other"] == 0
         assert seg["summary"] == "Adoptable overall; Rejected on tag:tier=reasoning"
+
+        # The CLI says the same, in words and as JSON.
+        env = env_for(h)
+        assert await cli(["trials", "show", tid], env) == 0
+        out = capsys.readouterr().out
+        assert "segments     Adoptable overall; Rejected on tag:tier=reasoning" in out
+        row = next(line for line in out.splitlines() if line.strip().startswith("tag:tier=reasoning"))
+        assert row.split()[:3] == ["tag:tier=reasoning", "Rejected", "<-"]
+        assert await cli(["trials", "show", tid, "--json"], env) == 0
+        assert json.loads(capsys.readouterr().out)["segments"]["rejected"] == ["tag:tier=reasoning"]
 
 
 async def test_a_trial_without_segments_shows_none(tmp_path: Path) -> None:
