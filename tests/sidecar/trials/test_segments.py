@@ -88,7 +88,7 @@ async def test_bad_segment_settings_are_refused_422_and_bad_tags_400_naming_the_
 async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with Harness(tmp_path, models=models(), workers=4) as h:
+    async with Harness(tmp_path, models=models(), workers=4, never_called=()) as h:
         trial = await h.create_trial(audit_share=0.0, segments=["tag:tier", "route"], segment_cap=4)
         tid = trial["id"]
         n = FAST + REASONING
@@ -120,6 +120,33 @@ async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(
         assert row.split()[:3] == ["tag:tier=reasoning", "Rejected", "<-"]
         assert await cli(["trials", "show", tid, "--json"], env) == 0
         assert json.loads(capsys.readouterr().out)["segments"]["rejected"] == ["tag:tier=reasoning"]
+
+        # Promotion needs the rejected segment acknowledged, through the API and through Flagger's gate.
+        assert h.admin
+        assert h.fake.calls[INCUMBENT] == 0  # (after promotion the replaced model is the watch's sentinel)
+        gate = (await h.admin.get(f"/v1/trials/{tid}/gate")).json()
+        assert gate["adoptable"] is True and gate["segments_rejected"] == ["tag:tier=reasoning"]
+        flagger = {"name": "app", "namespace": "ns", "phase": "Promoting",
+                   "metadata": {"trial": tid, "daily_cap_usd": "1"}}
+        r = await h.admin.post("/v1/gates/flagger/confirm-promotion", json=flagger)
+        assert r.status_code == 409, r.text
+        error = r.json()["error"]
+        assert error["code"] == "gate_held" and "tag:tier=reasoning" in error["message"], error
+        r = await h.admin.post(f"/v1/trials/{tid}/promote", json={"daily_cap_usd": 1.0})
+        assert r.status_code == 409, r.text
+        error = r.json()["error"]
+        assert (error["reason"], error["field"]) == ("segments_unacknowledged", "$.acknowledge_segments"), error
+        assert "Rejected on tag:tier=reasoning" in error["message"]
+        r = await h.admin.post(f"/v1/trials/{tid}/promote",
+                               json={"daily_cap_usd": 1.0, "acknowledge_segments": ["tag:tier=fast"]})
+        assert r.status_code == 409 and r.json()["error"]["reason"] == "segments_unacknowledged", r.text
+        assert (await h.trial(tid))["status"] == "running"
+        flagger["metadata"]["acknowledge_segments"] = "tag:tier=reasoning"
+        r = await h.admin.post("/v1/gates/flagger/confirm-promotion", json=flagger)
+        assert r.status_code == 200 and r.json()["promoted"] is True, r.text
+        watch = (await h.admin.get(f"/v1/watches/{r.json()['watch_id']}")).json()
+        assert watch["promotion"]["acknowledged_segments"] == ["tag:tier=reasoning"]
+        assert watch["promotion"]["evidence"]["segments"]["rejected"] == ["tag:tier=reasoning"]
 
 
 async def test_a_trial_without_segments_shows_none(tmp_path: Path) -> None:
