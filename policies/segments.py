@@ -149,3 +149,47 @@ def assign(
     if pooled:
         keys.append(OTHER)
     return tuple(keys), tuple(new)
+
+
+#: Tags LiteLLM adds to every request itself (``User-Agent: curl/8.1``): not the request's own.
+GATEWAY_ADDED_PREFIX = "User-Agent:"
+
+
+def tags_from_labels(labels: Sequence[object], key_alias: object = None) -> tuple[dict[str, str], int]:
+    """A gateway's tag list (LiteLLM's ``request_tags``: ``["tier:reasoning", "beta"]``) and its
+    key's alias as the wire's ``tags`` map, within the tap's bounds, and how many were cut.
+
+    ``NAME:VALUE`` (or ``NAME=VALUE``) becomes ``{NAME: VALUE}``; bare labels are joined,
+    sorted, under ``tags``; the alias is ``key_alias``. Over-long names and values are cut
+    to the bounds and extra tags dropped (so a gateway never has a batch refused for them),
+    each counted in the second item for the caller to report."""
+    out: dict[str, str] = {}
+    bare: list[str] = []
+    cut = 0
+    for label in labels:
+        if not isinstance(label, str) or not label or label.startswith(GATEWAY_ADDED_PREFIX):
+            continue
+        name, sep, value = label.partition(":")
+        if not sep:
+            name, sep, value = label.partition("=")
+        if not sep or not name.strip():
+            bare.append(label)
+            continue
+        name, value = name.strip(), value.strip()
+        long = len(name) > MAX_TAG_KEY_CHARS or len(value) > MAX_TAG_VALUE_CHARS
+        name = name[:MAX_TAG_KEY_CHARS]
+        if name in out or len(out) >= MAX_TAGS - 2:  # room kept for ``tags`` and ``key_alias``
+            cut += 1
+            continue
+        cut += long
+        out[name] = value[:MAX_TAG_VALUE_CHARS]
+    if bare:
+        joined = ",".join(sorted(set(bare)))
+        if len(joined) > MAX_TAG_VALUE_CHARS:
+            cut += 1
+        out["tags"] = joined[:MAX_TAG_VALUE_CHARS]
+    if isinstance(key_alias, str) and key_alias:
+        if len(key_alias) > MAX_TAG_VALUE_CHARS:
+            cut += 1
+        out["key_alias"] = key_alias[:MAX_TAG_VALUE_CHARS]
+    return out, cut
