@@ -163,7 +163,7 @@ def exchange_tags(slo: Mapping[str, Any], ctx: Context) -> dict[str, str]:
     """The exchange's ``tags``: LiteLLM's ``request_tags`` (the request's ``metadata.tags``) and
     the key's alias, within the tap's bounds (:func:`policies.segments.tags_from_labels`)."""
     labels = slo.get("request_tags")
-    metadata = slo.get("metadata") if isinstance(slo.get("metadata"), dict) else {}
+    metadata = _dict(slo.get("metadata"))
     alias = ctx.key_alias if ctx.key_alias is not None else metadata.get("user_api_key_alias")
     tags, _cut = tags_from_labels(labels if isinstance(labels, list) else [], alias)
     return tags
