@@ -25,11 +25,14 @@ from typing import Any
 from policies.bootstrap import bootstrap_identity
 from policies.paired import paired_figures
 from policies.segment_alpha import segment_alpha
-from policies.segments import OTHER, segment_values
+from policies.segments import OTHER
 from policies.stream import fold_cases
 from policies.verdict import Evaluation, evaluate
 from policies.wording import TRAFFIC_WORDING
+from sidecar.ingest.routing import Favour
+from sidecar.ingest.segment_keys import exchange_values
 from sidecar.ingest.wire import Exchange
+from sidecar.store.base import ReadModel
 from sidecar.store.records import TrialRecord
 from sidecar.store.segments_sql import SegmentCase
 from sidecar.trials.fold import ALPHA
@@ -46,27 +49,32 @@ def segments_of(record: TrialRecord) -> tuple[str, ...]:
     return tuple(str(s) for s in data) if isinstance(data, list) else ()
 
 
-def prompt_chars(exchange: Exchange) -> int:
-    """The prompt's length in characters (text contents of its messages); only the number is kept."""
-    n = 0
-    for message in exchange.request.messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            n += len(content)
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    n += len(part["text"])
-    return n
-
-
 def case_segments(record: TrialRecord, exchange: Exchange) -> tuple[tuple[str, str], ...]:
     """The (segment, value) pairs of ``exchange`` for the segments ``record`` is read by."""
     segments = segments_of(record)
-    if not segments:
-        return ()
-    return segment_values(segments, route=exchange.route, model=exchange.model, gateway=exchange.gateway,
-                          tags=exchange.tags, prompt_chars=prompt_chars(exchange) if "length" in segments else 0)
+    return exchange_values(segments, exchange) if segments else ()
+
+
+async def favour_of(store: ReadModel, record: TrialRecord) -> Favour | None:
+    """Sampling's favour of ``record``'s segments below ``segment_min_cases`` (None: none set)."""
+    segments = segments_of(record)
+    if record.segment_min_cases is None or not segments:
+        return None
+    tracked = frozenset(key for key, _, _ in await store.tracked_segments(record.id))
+    judged = await store.judged_keys(record.id)
+    short = frozenset(k for k in tracked if judged.get(k, 0) < record.segment_min_cases)
+    return Favour(segments, short, tracked, len(tracked) < record.segment_cap)
+
+
+async def favours(store: ReadModel, records: Sequence[TrialRecord]) -> dict[str, Favour]:
+    """:func:`favour_of` for each running trial that sets a minimum."""
+    out: dict[str, Favour] = {}
+    for r in records:
+        if r.status == "running" and r.segment_min_cases is not None:
+            f = await favour_of(store, r)
+            if f is not None:
+                out[r.id] = f
+    return out
 
 
 def per_segment_alpha(record: TrialRecord) -> float:

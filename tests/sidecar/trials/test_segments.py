@@ -17,7 +17,7 @@ import pytest
 
 from policies.segment_alpha import segment_alpha
 from sidecar.demo.fake_provider import FakeModel
-from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 from tests.sidecar.cli.test_cli import cli, env_for
 
 FAST, REASONING = 90, 40
@@ -180,3 +180,39 @@ async def test_a_retention_off_teams_segments_hold_no_content(tmp_path: Path) ->
     assert rows and case_keys
     assert secret not in repr(rows) + repr(case_keys)
     assert "secret" not in repr(rows) + repr(case_keys)
+
+
+async def test_sampling_favours_a_segment_below_its_minimum_until_it_has_it(tmp_path: Path) -> None:
+    """``segment_min_cases``: at a sample rate of 0 nothing is sampled by the hash, yet an
+    exchange of a segment value short of its minimum is (within the spend cap), until the value
+    has its minimum of judged cases."""
+    async with Harness(tmp_path, models=models(), refresh_seconds=0.2) as h:
+        trial = await h.create_trial(audit_share=0.0, sample_rate=0.0, segments=["tag:tier"], segment_cap=4,
+                                     segment_min_cases=3)
+        plain = await h.create_trial(audit_share=0.0, sample_rate=0.0, segments=["tag:tier"], segment_cap=4)
+        tid = trial["id"]
+
+        def favour() -> Any:
+            route = h.runtime.routing.current.get(tid)
+            return None if route is None else route.favour
+
+        async def favoured(short: bool) -> bool:
+            f = favour()
+            return f is not None and (("tag:tier=rare" in f.short) if short else ("tag:tier=rare" in f.tracked
+                                                                                  and "tag:tier=rare" not in f.short))
+
+        await wait_for(lambda: _true(favour() is not None), timeout=30, what="the favour of the rare segment")
+        first = await h.send([exchange(i, tags={"tier": "rare"}) for i in range(5)])
+        assert first["sampled"] == 5  # a value not tracked yet, the trial below its cap: favoured
+        await h.settle(tid, 5)
+        await wait_for(lambda: favoured(short=False), timeout=30, what="the rare segment to have its minimum")
+        second = await h.send([exchange(100 + i, tags={"tier": "rare"}) for i in range(5)])
+        assert second["sampled"] == 0
+        view = await h.trial(tid)
+        assert view["segments"]["min_cases"] == 3
+        assert {v["key"]: v["judged"] for v in view["segments"]["values"]} == {"tag:tier=rare": 5}
+        assert (await h.trial(plain["id"]))["funnel"]["outcomes"]["not_sampled"] == 10
+
+
+async def _true(value: bool) -> bool:
+    return value
