@@ -9,6 +9,7 @@
           ├── BadRequest          400 invalid_request (``field`` names the first bad one)
           ├── UnsupportedEncoding 415 unsupported_content_encoding (a compressed admin body)
           ├── SpendUnbounded      422 spend_unbounded (a model of the trial has no list price)
+          ├── InvalidSegments     422 invalid_segments (a trial's segments, segment_cap, segment_min_cases)
           ├── NotFound            404 not_found
           ├── Conflict            409 (request_key_conflict, trial_not_running, ...)
           │    └── PromotionRefused  409 promotion_refused, with a ``reason``
@@ -62,6 +63,11 @@ class UnsupportedEncoding(ApiError):
 class SpendUnbounded(ApiError):
     status = 422
     code = "spend_unbounded"
+
+
+class InvalidSegments(ApiError):
+    status = 422
+    code = "invalid_segments"
 
 
 class NotFound(ApiError):

@@ -64,6 +64,7 @@ from sidecar.telemetry import CountingFunnel, EngineTelemetry, Telemetry
 from sidecar.telemetry.counters import TapCounters
 from sidecar.telemetry.readings import combined, engine_part, spend_part, tap_part
 from sidecar.trials.create import TrialDefaults
+from sidecar.trials.segments import favours
 from sidecar.export.answers import ControlPlaneAnswers
 from sidecar.export.delivery import open_delivery
 from sidecar.export.case_results import uplink_case_result
@@ -382,7 +383,7 @@ class Runtime:
         decided = await self.store.list_trials(status="decided")  # matched and counted, never run
         self.routing.replace(
             [r for r in running if r.execution_site != SITE or runnable(r, self.resolve, self.config)] + decided,
-            edits_seen=edits,
+            edits_seen=edits, favour=await favours(self.store, running),
         )
 
     async def watch_outbox(self) -> None:

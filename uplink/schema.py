@@ -96,6 +96,18 @@ class Interval(msgspec.Struct, frozen=True):
     high: float
 
 
+class SegmentState(msgspec.Struct, frozen=True):
+    """One tracked segment value of a trial (issue 27): its key (``tag:tier=reasoning``, or
+    ``other``), judged cases, verdict code and decision bounds (win-rate scale). Metadata and
+    numbers only: a segment value is a route, model, gateway, length bucket or gateway tag."""
+
+    key: str
+    judged: int
+    decision: str
+    interval: Interval
+    win_rate: float | None = None
+
+
 class TrialState(_Record, frozen=True, tag="trial_state"):
     """A trial's state as the sidecar last folded it. Content-free.
 
@@ -128,6 +140,9 @@ class TrialState(_Record, frozen=True, tag="trial_state"):
     bootstrap: Interval | None = None
     #: The cases the verdict rests on (scored cases).
     cases: int = 0
+    #: Per segment value (issue 27), and the keys of those Rejected (empty: none, or no segments).
+    segments: list[SegmentState] = []
+    segments_rejected: list[str] = []
 
 
 class AlertRecord(_Record, frozen=True, tag="alert"):

@@ -163,7 +163,14 @@ def openapi_document() -> dict[str, Any]:
                 },
             },
             "/v1/trials/{trial_id}": {
-                "get": {"summary": "Show a trial", "parameters": trial_id,
+                "get": {"summary": "Show a trial",
+                        "description": "With segments (issue 27), a segments block: by, cap, min_cases, "
+                                       "per_segment_alpha, control (family-wise), rejected (keys), values "
+                                       "[{segment, value, key, judged, win_rate, lower, upper, code, verdict, "
+                                       "cost_ratio, latency_ratio}], pooled_other (judged cases pooled as other) "
+                                       "and summary (\"Adoptable overall; Rejected on tag:tier=reasoning\"); "
+                                       "null for a trial read by no segment.",
+                        "parameters": trial_id,
                         "responses": {"200": {"description": "trial"}, **_errors(404)}}
             },
             "/v1/trials/{trial_id}/stop": {

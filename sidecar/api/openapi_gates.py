@@ -26,7 +26,7 @@ def gate_paths(errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     return {
         "/v1/trials/{trial_id}/gate": {"get": {
             "summary": "A trial's gate document for Argo Rollouts' web metric: adoptable, rejected, decided, phase, "
-                       "verdict, judged, decision_bounds (typed, stable)",
+                       "verdict, judged, decision_bounds (typed, stable), segments_rejected",
             "parameters": path("trial_id"),
             "responses": {"200": {"description": "the gate document"}, **errors(401, 404)},
         }},
@@ -37,7 +37,8 @@ def gate_paths(errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
         }},
         "/v1/gates/flagger/confirm-promotion": {"post": {
             "summary": "Flagger confirm-promotion webhook: 200 once the named trial is Adoptable (promoted, once; "
-                       "its watch created), 409 gate_held before",
+                       "its watch created), 409 gate_held before, or while a Rejected segment is not listed in "
+                       "metadata.acknowledge_segments (comma-separated keys)",
             "requestBody": body,
             "responses": {"200": {"description": "promoted (now or before)"}, **errors(400, 401, 403, 404, 409)},
         }},

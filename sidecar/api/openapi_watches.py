@@ -27,7 +27,10 @@ def watch_paths(promote_schema: dict[str, Any], errors: Callable[..., dict[str, 
         "/v1/trials/{trial_id}/promote": {"post": {
             "summary": "Promote an Adoptable traffic trial: it becomes Adopted and a watch starts",
             "description": "Refused with 409 promotion_refused and error.reason: corpus_evidence, already_promoted, "
-                           "not_running_or_ended, not_adoptable, sentinel_unavailable, spend_unbounded.",
+                           "not_running_or_ended, not_adoptable, sentinel_unavailable, spend_unbounded, "
+                           "segments_unacknowledged (the trial is Rejected on a segment not listed in "
+                           "acknowledge_segments; error.field names it; the acknowledgement is recorded with the "
+                           "promotion).",
             "parameters": [*path("trial_id"), idem],
             "requestBody": {"content": {"application/json": {"schema": promote_schema}}},
             "responses": {"201": {"description": "the new watch"},

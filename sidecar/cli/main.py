@@ -121,6 +121,9 @@ CREATE_FIELDS: dict[str, tuple[str, ...]] = {
     "replay_from": ("source", "from"),
     "replay_to": ("source", "to"),
     "sample_size": ("sample_size",),
+    "segment": ("segments",),
+    "segment_cap": ("segment_cap",),
+    "segment_min_cases": ("segment_min_cases",),
 }
 
 
@@ -228,6 +231,12 @@ def _parser() -> argparse.ArgumentParser:
                                               "running on live traffic")
     create.add_argument("--replay-to", help="the end of the replayed window (RFC 3339, exclusive)")
     create.add_argument("--sample-size", type=int, help="replay at most this many exchanges of the window")
+    create.add_argument("--segment", action="append",
+                        help="also read the trial per value of this segment (repeatable): route, model, gateway, "
+                             "length (a bucket of the prompt's length) or tag:NAME")
+    create.add_argument("--segment-cap", type=int, help="segment values tracked (default 16; the rest pooled as other)")
+    create.add_argument("--segment-min-cases", type=int,
+                        help="judged cases per tracked segment value that sampling favours, within the cap")
     lst = tsub.add_parser("list", help="list trials")
     client(lst)
     lst.add_argument("--status", choices=STATUSES, help="only trials in this status")

@@ -70,7 +70,24 @@ def render_trial(t: dict[str, Any]) -> str:
         )
     outcomes = ", ".join(f"{k} {n}" for k, n in f["outcomes"].items() if n)
     lines.append(f"  funnel       {f['total']} matched: {outcomes or 'nothing yet'}; {f.get('in_flight', 0)} in flight")
+    if t.get("segments"):
+        lines.append(render_segments(t["segments"]))
     return "\n".join(lines)
+
+
+def render_segments(s: dict[str, Any]) -> str:
+    """A trial's per-segment verdicts (issue 27): its words, then one row per segment value."""
+    head = (f"  segments     {s['summary']}  (by {', '.join(s['by'])}; each read at alpha "
+            f"{s['per_segment_alpha']:.4g}, {s['control']})")
+    if not s["values"]:
+        return head + "\n               no judged case yet"
+    rows = [
+        (v["key"], v["verdict"] + (" <-" if v["key"] in s["rejected"] else ""), str(v["judged"]), pct(v["win_rate"]),
+         f"[{pct(v['lower'])}, {pct(v['upper'])}]", _ratio(v["cost_ratio"]), _ratio(v["latency_ratio"]))
+        for v in s["values"]
+    ]
+    body = table(rows, ("segment", "verdict", "judged", "win rate", "decision bounds", "cost", "latency p50"))
+    return head + "\n" + "\n".join("    " + line for line in body.splitlines())
 
 
 def _ratio(x: float | None) -> str:

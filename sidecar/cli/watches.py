@@ -31,6 +31,9 @@ def add_parsers(sub: Any, tsub: Any, client: Client, finite: Callable[[str], flo
     promote.add_argument("--sample-rate", type=finite, help="the sentinel's share of matching exchanges (default 0.01)")
     promote.add_argument("--min-judged", type=int, help="judged cases before the detector may fire (default 30)")
     promote.add_argument("--note", help="a note kept with the promotion record")
+    promote.add_argument("--acknowledge-segment", action="append", metavar="KEY",
+                         help="a Rejected segment of the trial (tag:tier=reasoning) promoted over anyway; repeat for "
+                              "each: a trial Rejected on a segment is promoted only with all of them acknowledged")
     promote.add_argument("--idempotency-key", type=key,
                          help="retrying with the same key and options prints the first watch; other options: 409")
 
@@ -67,6 +70,8 @@ def run(args: argparse.Namespace, base: str, auth: dict[str, str], call: Call, s
         for name in ("sample_rate", "min_judged", "note"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
+        if args.acknowledge_segment:
+            body["acknowledge_segments"] = list(args.acknowledge_segment)
         headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
         data = call("POST", f"{base}/v1/trials/{segment(args.trial_id)}/promote", json=body, headers=headers | auth)
         print(json.dumps(data, indent=2) if args.json else render_watch(data["watch"]))

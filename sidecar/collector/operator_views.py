@@ -110,7 +110,13 @@ def trial_row(trial_id: str, reports: Sequence[SidecarReport], control_plane: di
                         "interval": None if latest.interval is None else [latest.interval.low, latest.interval.high]},
                spend={"cap_micros": latest.cap_micros, "spent_micros": latest.spent_micros,
                       "known_micros": latest.known_micros, "unknown_calls": latest.unknown_calls,
-                      "basis": "list_price"})
+                      "basis": "list_price"},
+               segments=None if not latest.segments else {
+                   "rejected": list(latest.segments_rejected),
+                   "values": [{"key": x.key, "judged": x.judged, "code": x.decision,
+                               "verdict": traffic_words(x.decision, "running"), "win_rate": x.win_rate,
+                               "lower": x.interval.low, "upper": x.interval.high} for x in latest.segments],
+               })
     return row
 
 

@@ -16,7 +16,7 @@ from sidecar.console.app import CONSOLE_PREFIX, form, principal, redirect, rende
 from sidecar.console.chart import detector_gauge, detector_history
 from sidecar.console.confirm import ask, confirmed
 from sidecar.console.pages import can_write, trial_page
-from sidecar.errors import BadRequest, Forbidden
+from sidecar.errors import BadRequest, Forbidden, PromotionRefused
 from sidecar.ingest.wire import encode
 from sidecar.services.promotion import decode_promote
 from sidecar.services.watch_periods import watch_periods
@@ -36,6 +36,9 @@ def promote_body(fields: dict[str, str]) -> dict[str, Any]:
             body[name] = kind(text)
         except ValueError:
             body[name] = text  # the API's decoder refuses it, naming the field
+    acks = [v for k, v in sorted(fields.items()) if k.startswith("acknowledge_segment_") and v]
+    if acks:  # the rejected segments ticked (issue 27)
+        body["acknowledge_segments"] = acks
     return body
 
 
@@ -48,6 +51,11 @@ async def promote(request: web.Request) -> web.Response:
             principal(request), trial_id, body, encode(body), fields.get("request_key") or None)
     except BadRequest as exc:  # shown beside the form, the values kept
         return await trial_page(request, status=400, promote_error=exc, promote_values=fields,
+                                promote_key=fields.get("request_key", ""))
+    except PromotionRefused as exc:
+        if exc.reason != "segments_unacknowledged":
+            raise
+        return await trial_page(request, status=409, promote_error=exc, promote_values=fields,
                                 promote_key=fields.get("request_key", ""))
     except IdempotencyConflict:
         return await trial_page(request, status=409, promote_values=fields, promote_error=BadRequest(

@@ -52,6 +52,7 @@ from sidecar.store.records import CaseFinish, CaseStart, Effect, JudgmentRow, Le
 from sidecar.telemetry import spans
 from sidecar.telemetry.names import judgment_outcome
 from sidecar.telemetry.tally import Tally
+from sidecar.trials.segments import case_segments
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -305,6 +306,8 @@ class CaseRunner:
             incumbent_cost_micros=inc_cost.known_micros,
             incumbent_cost_coverage=inc_cost.coverage,
             created_at=self.clock(),
+            segment_values=case_segments(rec, exchange),
+            segment_cap=rec.segment_cap,
         )
         return request, max_tokens, plan, audited, judge_calls, start
 

@@ -61,6 +61,7 @@ from sidecar.supervise import EXIT, RESTART, Supervisor
 from sidecar.telemetry import EngineTelemetry
 from sidecar.trials.create import Resolved
 from sidecar.trials.watch_rows import roll_watches
+from sidecar.trials.segments import favours
 
 log = logging.getLogger("shadowtrial.engine")
 
@@ -395,7 +396,7 @@ class Engine:
         # that site's sink (the forwarder), never to this engine.
         self.routing.replace(
             [r for r in running if r.id in fresh or not runs_here(r.execution_site, self.site)] + decided,
-            edits_seen=edits,
+            edits_seen=edits, favour=await favours(self._store, running),
         )
 
     async def flush(self) -> None:

@@ -31,7 +31,8 @@ from policies.wording import trial_status_wording
 from sidecar.trials.fold import fold_trial
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord, TrialRecord, TrialSnapshot
-from uplink.schema import Interval, TrialState, encode_record
+from sidecar.trials.segments import evaluate_segments, rejected_keys, segments_of
+from uplink.schema import Interval, SegmentState, TrialState, encode_record
 
 log = logging.getLogger("shadowtrial.uplink")
 
@@ -50,6 +51,8 @@ async def trial_state(store: Store, snap: TrialSnapshot, *, at: float) -> TrialS
     """The content-free state of ``snap``, its evidence folded (and kept, as a view keeps it)."""
     r = snap.record
     ev = (await fold_trial(store, r, snap.score_counts, snap.judgments)).evaluation
+    segments = (evaluate_segments(r, await store.tracked_segments(r.id), await store.segment_cases(r.id))
+                if segments_of(r) else [])
     return TrialState(
         id=f"trial:{r.id}:{revision(snap)}",
         trial_id=r.id,
@@ -73,6 +76,10 @@ async def trial_state(store: Store, snap: TrialSnapshot, *, at: float) -> TrialS
         unknown_calls=r.unknown_calls,
         gateway=r.gateway,
         route=r.route,
+        segments=[SegmentState(key=x.key, judged=x.evaluation.n, decision=x.evaluation.verdict,
+                               interval=Interval(x.evaluation.sequence.lower, x.evaluation.sequence.upper),
+                               win_rate=x.evaluation.win_rate) for x in segments],
+        segments_rejected=rejected_keys(segments),
     )
 
 

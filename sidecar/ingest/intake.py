@@ -23,7 +23,8 @@ from sidecar.ingest.claims import Claim
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.journal import Journal
-from sidecar.ingest.routing import RoutingTable
+from sidecar.ingest.routing import Favour, RoutingTable
+from sidecar.ingest.segment_keys import exchange_keys
 from sidecar.ingest.screen import Screened, screen_exchanges
 from sidecar.ingest.wire import Exchange, TapReply, decode_body
 
@@ -101,7 +102,7 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     # the previous exchange are reused while those four stay the same.
     deciders: dict[str, Callable[[str], bool]] = {}
     not_sampled: dict[str, int] = {}
-    plan: list[tuple[str, Callable[[str], bool], str, bool]] = []
+    plan: list[tuple[str, Callable[[str], bool], str, bool, Favour | None]] = []
     team: str | None = None
     model = gateway = ""
     path: str | None = None
@@ -113,17 +114,17 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
                 decide = deciders.get(route.trial_id)
                 if decide is None:
                     decide = deciders[route.trial_id] = sampler(route.trial_id, route.sample_rate)
-                plan.append((route.trial_id, decide, route.execution_site, route.decided))
+                plan.append((route.trial_id, decide, route.execution_site, route.decided, route.favour))
                 if not route.prompt_retention:
                     content_free.add(route.trial_id)
         if not plan:
             continue
         if ex.redacted:
-            for trial_id, _, _, _ in plan:
+            for trial_id, _, _, _, _ in plan:
                 counts[(trial_id, "skipped_redacted")] += 1
             continue
-        for trial_id, decide, site, decided in plan:
-            if not decide(ex.exchange_id):
+        for trial_id, decide, site, decided, favour in plan:
+            if not decide(ex.exchange_id) and (favour is None or not favour.wants(exchange_keys(favour.segments, ex))):
                 not_sampled[trial_id] = not_sampled.get(trial_id, 0) + 1
             elif decided:  # stopped on its decision: counted, never run (sidecar.trials.decided)
                 counts[(trial_id, "after_decision")] += 1

@@ -18,10 +18,30 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from sidecar.ingest.wire import Exchange
 from sidecar.store.records import TrialRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Favour:
+    """Sampling's favour of a trial's rare segments (``segment_min_cases``, issue 27): the
+    tracked segment keys still below their minimum of judged cases, and whether a value not
+    tracked yet would be (the trial tracks fewer values than its cap). An exchange in one of
+    them is sampled whatever its hash says; the spend cap still bounds every case."""
+
+    segments: tuple[str, ...]
+    short: frozenset[str]
+    tracked: frozenset[str]
+    room: bool
+
+    def wants(self, keys: Iterable[str]) -> bool:
+        """Whether an exchange with these segment keys should be sampled anyway."""
+        for key in keys:
+            if key in self.short or (self.room and key not in self.tracked):
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +61,14 @@ class Route:
     #: still matched and sampled, so its later exchanges are counted, but a sampled one is counted
     #: ``after_decision`` and never handed to a sink.
     decided: bool = False
+    #: The trial's rare segments, sampled whatever the hash says (None: no ``segment_min_cases``).
+    favour: Favour | None = None
 
     @classmethod
-    def of(cls, r: TrialRecord) -> Route:
+    def of(cls, r: TrialRecord, favour: Favour | None = None) -> Route:
         return cls(
             r.id, r.team, r.incumbent_model, r.route, r.gateway, r.sample_rate, r.execution_site, r.prompt_retention,
-            r.status == "decided",
+            r.status == "decided", favour,
         )
 
     def matches(self, exchange: Exchange) -> bool:
@@ -127,10 +149,14 @@ class RoutingTable:
             self.current = self.current.without(trial_id)
             self._edits += 1
 
-    def replace(self, records: Iterable[TrialRecord], *, edits_seen: int) -> bool:
+    def replace(
+        self, records: Iterable[TrialRecord], *, edits_seen: int, favour: Mapping[str, Favour] | None = None
+    ) -> bool:
         """Install the running trials read from the store, unless a local edit came
-        after the read began (``edits_seen``); returns whether it was installed."""
-        routes = Routes(Route.of(r) for r in records if tapped(r))
+        after the read began (``edits_seen``); returns whether it was installed.
+        ``favour``: per trial, its rare segments (read with the trials)."""
+        favour = favour or {}
+        routes = Routes(Route.of(r, favour.get(r.id)) for r in records if tapped(r))
         with self._lock:
             if self._edits != edits_seen:
                 return False

@@ -11,7 +11,9 @@ Per field, on purpose:
   anything else, and the reservation is computed from it); ``request.messages``
   and ``request.params`` may nest at most :data:`MAX_NESTING` levels, counting
   the exchange object as level 1 (a real conversation with tool schemas nests
-  a dozen). A gateway sending these is misconfigured: refusing the batch, as
+  a dozen); ``tags`` at most ``MAX_TAGS`` of them, names 1 to ``MAX_TAG_KEY_CHARS``
+  characters, values at most ``MAX_TAG_VALUE_CHARS`` (:mod:`policies.segments`; never
+  truncated silently). A gateway sending these is misconfigured: refusing the batch, as
   for a wrong type, makes that visible instead of running half of it.
 - **Excluded and counted** (the exchange is accepted, the figure is treated as
   not reported — *unknown*, never zero): the gateway's own figures, which feed
@@ -32,6 +34,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import msgspec
 
+from policies.segments import check_tags
 from sidecar.ingest.wire import DecodeError, Exchange, encode
 
 #: Deepest nesting of arrays and objects allowed in an exchange's request (the exchange is level 1).
@@ -109,6 +112,10 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> 
                     break
         if not plain:
             _check_request(ex, where(i))
+        if ex.tags:
+            tags_problem = check_tags(ex.tags)
+            if tags_problem is not None:
+                raise DecodeError(tags_problem, f"{where(i)}.tags")
         latency = ex.latency_ms
         usage = ex.response.usage
         cost = usage.cost_usd

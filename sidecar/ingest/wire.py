@@ -21,6 +21,11 @@ from sidecar.ingest import locate
 from sidecar.ingest.wording import product_words
 
 
+#: An exchange's tags: string names and values; their counts and lengths are checked by
+#: :mod:`sidecar.ingest.screen` (:func:`policies.segments.check_tags`), naming ``tags``.
+Tags = dict[str, str]
+
+
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -67,6 +72,11 @@ class Exchange(msgspec.Struct, frozen=True):
     #: case's trace joins the gateway's (docs/telemetry.md). Only its ids are ever used; a
     #: value that is not a valid ``traceparent`` is ignored, never refused.
     traceparent: str | None = None
+    #: Gateway-supplied tags (``{"tier": "reasoning"}``), read by a trial's ``tag:NAME``
+    #: segments (issue 27). Metadata, never content: at most ``MAX_TAGS`` of them, names 1 to
+    #: ``MAX_TAG_KEY_CHARS`` characters, values at most ``MAX_TAG_VALUE_CHARS``; more is refused
+    #: with the batch (400, naming the field), never truncated silently.
+    tags: Tags = {}
 
 
 class TapReply(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -217,6 +217,7 @@ class TapPlugin:
             redacted=_logging_turned_off(kwargs),
             zero_cost_known=_declares_zero_price(_dict(metadata.get("model_info")) or _dict(params.get("model_info"))),
             cost_trusted=not _body_sets_price(proxy_request.get("body")),
+            key_alias=str(metadata.get("user_api_key_alias") or ""),
         )
 
     # -- pre-sampling ----------------------------------------------------------

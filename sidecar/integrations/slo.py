@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from policies.segments import tags_from_labels
+
 #: What LiteLLM puts in place of content it must not log.
 REDACTED = "redacted-by-litellm"
 #: The header the sidecar sets on its own candidate and judge calls (``engine.shadow_header``).
@@ -76,6 +78,8 @@ class Context:
     redacted: bool = False
     zero_cost_known: bool = False
     cost_trusted: bool = True
+    #: The key's alias, passed as the ``key_alias`` tag (None: the payload's ``user_api_key_alias``).
+    key_alias: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,19 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         "served_at": _iso(start),
         "latency_ms": (end - start) * 1000.0 if start is not None and end is not None else None,
         "redacted": redacted,
+        # The request's metadata tags and the key's alias, for a trial's tag:NAME segments (issue 27).
+        "tags": exchange_tags(slo, ctx),
     }
+
+
+def exchange_tags(slo: Mapping[str, Any], ctx: Context) -> dict[str, str]:
+    """The exchange's ``tags``: LiteLLM's ``request_tags`` (the request's ``metadata.tags``) and
+    the key's alias, within the tap's bounds (:func:`policies.segments.tags_from_labels`)."""
+    labels = slo.get("request_tags")
+    metadata = _dict(slo.get("metadata"))
+    alias = ctx.key_alias if ctx.key_alias is not None else metadata.get("user_api_key_alias")
+    tags, _cut = tags_from_labels(labels if isinstance(labels, list) else [], alias)
+    return tags
 
 
 def known_cost(slo: Mapping[str, Any], *, zero_is_known: bool, trusted: bool = True) -> float | None:

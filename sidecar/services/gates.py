@@ -98,9 +98,19 @@ def promote_body(metadata: Mapping[str, str]) -> PromoteBody:
         raise BadRequest("metadata.min_judged must be a whole number", field="$.metadata.min_judged")
     from sidecar.services.promotion import decode_promote  # its checks, with the API's messages
 
-    body = {"daily_cap_usd": cap, "sample_rate": rate, "min_judged": int(min_judged),
-            "note": "promoted by a Flagger confirm-promotion webhook"}
+    body: dict[str, Any] = {"daily_cap_usd": cap, "sample_rate": rate, "min_judged": int(min_judged),
+                            "note": "promoted by a Flagger confirm-promotion webhook"}
+    ack = acknowledged_segments(metadata)
+    if ack:
+        body["acknowledge_segments"] = ack
     return decode_promote(msgspec.json.encode(body))
+
+
+def acknowledged_segments(metadata: Mapping[str, str]) -> list[str]:
+    """The rejected segment keys a webhook acknowledges: ``metadata.acknowledge_segments``, the
+    keys separated by commas (Flagger's metadata holds strings only)."""
+    text = metadata.get("acknowledge_segments", "")
+    return [k.strip() for k in text.split(",") if k.strip()]
 
 
 def trial_phase(status: str, code: str) -> str:
@@ -136,6 +146,8 @@ def trial_gate(view: Mapping[str, Any], watch_id: str | None) -> dict[str, Any]:
         "decision_bounds": {"lower": float(bounds.get("lower", 0.0)), "upper": float(bounds.get("upper", 1.0))},
         "tolerance": float(v.get("tolerance", 0.0)),
         "watch_id": watch_id,
+        # The trial's rejected segment values (issue 27): promotion needs them acknowledged.
+        "segments_rejected": list((view.get("segments") or {}).get("rejected") or []),
     }
 
 
@@ -197,6 +209,13 @@ class GateService:
             raise Conflict(f"trial {trial_id} is {gate['wording']} ({gate['phase']}): promotion held until it is "
                            "Adoptable", code="gate_held")
         body = promote_body(payload.metadata)
+        missing = [k for k in gate["segments_rejected"] if k not in set(body.acknowledge_segments or ())]
+        if missing:
+            raise Conflict(
+                f"trial {trial_id} is Adoptable overall but Rejected on {', '.join(missing)}: promotion held until "
+                "the webhook's metadata.acknowledge_segments lists them (comma-separated)",
+                code="gate_held", field="$.metadata.acknowledge_segments",
+            )
         key = f"flagger:{payload.namespace}/{payload.name}"
         try:
             watch, created = await self._promotion.promote(principal, trial_id, body, msgspec.json.encode(body), key)

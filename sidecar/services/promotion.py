@@ -31,6 +31,7 @@ from policies import cusum
 from policies.money import Price
 from policies.promotion import DEFAULT_WATCH_SAMPLE_RATE, PROMOTABLE, refusal, utc_day
 from policies.roles import Principal
+from policies.segments import MAX_CAP, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS
 from sidecar.services.views import read_trial, trial_view
 from sidecar.errors import BadRequest, NotFound, PromotionRefused
 from sidecar.ingest.wire import split_path
@@ -44,6 +45,7 @@ _WORDS = {
     "already_promoted": "the trial is adopted already",
     "not_running_or_ended": "the trial is paused; resume or stop it before promoting",
     "not_adoptable": "the verdict is not Adoptable",
+    "segments_unacknowledged": "the trial is Rejected on a segment; acknowledge it (acknowledge_segments) to promote",
 }
 #: The refusal reasons of :func:`policies.promotion.refusal` in words (the console shows them).
 REFUSAL_WORDS: dict[str, str] = _WORDS
@@ -58,6 +60,10 @@ class PromoteBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     min_judged: int = 30
     evidence: Literal["traffic", "corpus"] = "traffic"
     note: str | None = None
+    #: The rejected segment keys of the trial (its view's ``segments.rejected``) the promoter
+    #: acknowledges (issue 27): a trial Rejected on any segment is promoted only with all of
+    #: them listed here; the acknowledgement is recorded with the promotion.
+    acknowledge_segments: list[str] | None = None
 
 
 _decoder = msgspec.json.Decoder(PromoteBody)
@@ -79,7 +85,30 @@ def decode_promote(raw: bytes) -> PromoteBody:
         raise BadRequest("min_judged must be 1 to 100000", field="$.min_judged")
     if body.note is not None and len(body.note) > 500:
         raise BadRequest("note must be at most 500 characters", field="$.note")
+    ack = body.acknowledge_segments or []
+    if len(ack) > MAX_CAP + 1 or any(not 1 <= len(k) <= MAX_KEY_CHARS for k in ack):
+        raise BadRequest(f"acknowledge_segments lists at most {MAX_CAP + 1} segment keys of 1 to {MAX_KEY_CHARS} "
+                         "characters", field="$.acknowledge_segments")
     return body
+
+
+#: The longest segment key (``tag:NAME=VALUE``).
+MAX_KEY_CHARS = 4 + MAX_TAG_KEY_CHARS + 1 + MAX_TAG_VALUE_CHARS
+
+
+def unacknowledged(view: dict[str, Any], acknowledged: list[str] | None) -> list[str]:
+    """The trial's rejected segments (its view's ``segments.rejected``) not in ``acknowledged``."""
+    rejected: list[str] = (view.get("segments") or {}).get("rejected") or []
+    return [k for k in rejected if k not in set(acknowledged or ())]
+
+
+def segments_refusal(trial_id: str, view: dict[str, Any], missing: list[str]) -> PromotionRefused:
+    """The refusal of a promotion that does not acknowledge every rejected segment."""
+    return PromotionRefused(
+        f"promotion of {trial_id} refused: {view['segments']['summary']}; to promote anyway, acknowledge the "
+        f"rejected segments: acknowledge_segments {json.dumps(missing)}",
+        reason="segments_unacknowledged", field="$.acknowledge_segments",
+    )
 
 
 def _missing(trial_id: str) -> str:
@@ -115,6 +144,10 @@ class PromotionService:
         why = refusal(evidence=evidence, status=record.status, verdict=verdict)
         if why is not None and not (why == "already_promoted" and idempotency_key is not None):
             raise PromotionRefused(f"promotion of {trial_id} refused: {_WORDS[why]}", reason=why)
+        missing = unacknowledged(view, body.acknowledge_segments) if why is None else []
+        if missing:
+            raise segments_refusal(trial_id, view, missing)
+        rejected_segments = (view.get("segments") or {}).get("rejected") or []
 
         now = ctx.clock()
         try:
@@ -153,10 +186,13 @@ class PromotionService:
             "funnel": view.get("funnel"), "spend": view.get("spend"),
             "decisive_primary_judgments": {"incumbent_wins": inc_wins, "candidate_wins": cand_wins},
             "note": body.note,
+            "segments": view.get("segments"),
+            "acknowledged_segments": rejected_segments,
         }
         promotion = PromotionRecord(
             id="pr_" + uuid.uuid4().hex[:16], trial_id=record.id, watch_id=watch_id, team=record.team,
             promoted_by=principal.subject, promoted_at=now, evidence_json=json.dumps(snapshot, default=str),
+            acknowledged_segments=json.dumps(rejected_segments) if rejected_segments else None,
         )
         key = None if idempotency_key is None else f"promote\x1f{trial_id}\x1f{idempotency_key}"
         body_hash = None if key is None else hashlib.sha256(raw).hexdigest()

@@ -17,6 +17,7 @@ from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
 from sidecar.trials.fold import fold_trial
+from sidecar.trials.segments import SegmentResult, evaluate_segments, segments_of, segments_view
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.services.context import ViewContext
 
@@ -187,7 +188,22 @@ async def trial_view(ctx: ViewContext, read: TrialRead) -> dict[str, Any]:
             "paired": snap.paired,
         }
     )
+    out["segments"] = await segment_block(ctx, r, out["verdict"]["wording"])
     return out
+
+
+async def segment_results(ctx: ViewContext, r: TrialRecord) -> list[SegmentResult]:
+    """Each tracked segment value's verdict (issue 27; empty for a trial read by no segment)."""
+    if not segments_of(r):
+        return []
+    return evaluate_segments(r, await ctx.store.tracked_segments(r.id), await ctx.store.segment_cases(r.id))
+
+
+async def segment_block(ctx: ViewContext, r: TrialRecord, overall_word: str) -> dict[str, Any] | None:
+    """The ``segments`` block of a trial's view (None: read by no segment)."""
+    if not segments_of(r):
+        return None
+    return segments_view(r, await segment_results(ctx, r), overall_word)
 
 
 async def list_item(ctx: ViewContext, r: TrialRecord) -> dict[str, Any]:

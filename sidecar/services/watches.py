@@ -100,6 +100,7 @@ class WatchService:
             "alert": None if alert is None else {"id": alert.id, "status": alert.status},
             "promotion": None if promotion is None else {
                 "id": promotion.id, "promoted_by": promotion.promoted_by, "promoted_at": promotion.promoted_at,
+                "acknowledged_segments": json.loads(promotion.acknowledged_segments or "[]"),
                 "evidence": json.loads(promotion.evidence_json),
             },
         }

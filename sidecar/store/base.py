@@ -49,6 +49,7 @@ from sidecar.store.records import (
     TrialRecord,
     TrialSnapshot,
 )
+from sidecar.store.segments_sql import SegmentCase
 from sidecar.store.watch_records import AlertRow, AlertTransition, PromoteResult, PromotionRecord, WatchRecord
 
 
@@ -231,6 +232,18 @@ class ReadModel(Protocol):
         ...
 
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...
+
+    async def segment_cases(self, trial_id: str) -> list[SegmentCase]:
+        """The trial's scored cases in scoring order, with their segment keys and paired figures."""
+        ...
+
+    async def tracked_segments(self, trial_id: str) -> list[tuple[str, str, str]]:
+        """The segment values the trial tracks, as (key, segment, value), first tracked first."""
+        ...
+
+    async def judged_keys(self, trial_id: str) -> dict[str, int]:
+        """Judged cases per segment key (``other`` included)."""
+        ...
 
     async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:
         """Sums over trials: ``spent``, ``known``, ``reserved``, ``unknown_calls``."""

@@ -36,7 +36,7 @@ import asyncpg
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store import cases_sql as c, outbox_sql, reports, trials_sql as t
+from sidecar.store import cases_sql as c, outbox_sql, reports, segments_sql as g, trials_sql as t
 from sidecar.store.dialect import POSTGRES, pg, rowcount
 from sidecar.store.records import (
     CaseFinish,
@@ -267,6 +267,8 @@ class PostgresStore(PostgresWatches, PostgresRetention):
             if ended is not None:
                 await _bump(conn, {(case.trial_id, ended): 1})
                 return "not_running"
+            if case.segment_values:
+                await _track_segments(conn, case)
             return "claimed"
 
         return await self._tx(fn)
@@ -387,6 +389,20 @@ class PostgresStore(PostgresWatches, PostgresRetention):
     async def scores_after(self, trial_id: str, after: int, limit: int = 100_000) -> list[tuple[int, float]]:
         rows = await self._open_pool().fetch(*pg(c.SCORES_AFTER, trial_id, after, limit))
         return [(int(r["score_seq"]), float(r["score"])) for r in rows]
+
+    async def segment_cases(self, trial_id: str) -> list[g.SegmentCase]:
+        return [g.segment_case(r) for r in await self._open_pool().fetch(*pg(g.SCORED, trial_id))]
+
+    async def tracked_segments(self, trial_id: str) -> list[tuple[str, str, str]]:
+        rows = await self._open_pool().fetch(*pg(g.TRACKED, trial_id))
+        return [(r["key"], r["segment"], r["value"]) for r in rows]
+
+    async def judged_keys(self, trial_id: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in await self._open_pool().fetch(*pg(g.KEYS_OF_JUDGED, trial_id)):
+            for key in g.parse_keys(r["segment_keys"]):
+                out[key] = out.get(key, 0) + 1
+        return out
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """One REPEATABLE READ, read-only transaction: every figure from one snapshot."""
@@ -520,3 +536,20 @@ async def _bump(conn: Conn, counts: Mapping[tuple[str, str], int]) -> None:
 
 async def _score_counts(conn: Conn, trial_id: str) -> dict[float, int]:
     return {float(r["score"]): r["n"] for r in await conn.fetch(*pg(c.SCORES, trial_id))}
+
+
+async def _track_segments(conn: Conn, case: CaseStart) -> None:
+    """Map a claimed case's segment values to tracked keys or ``other``. Only a case bringing a
+    new value locks the trial row (after its own case row: the lock order), so at most
+    ``segment_cap`` claims of a trial ever take that lock to add one, and the cap holds
+    across the fleet. ``FOR NO KEY UPDATE``: the case row's foreign key holds a key-share lock
+    on the trial, which ``FOR UPDATE`` would wait on in a racing claim (a deadlock)."""
+    tracked = {r["key"] for r in await conn.fetch(*pg(g.TRACKED_KEYS, case.trial_id))}
+    keys, new = g.plan(case, tracked)
+    if new:
+        await conn.fetchval(g.LOCK_TRIAL_PG, case.trial_id)
+        tracked = {r["key"] for r in await conn.fetch(*pg(g.TRACKED_KEYS, case.trial_id))}
+        keys, new = g.plan(case, tracked)
+        for key, segment, value in new:
+            await conn.execute(*pg(g.TRACK, case.trial_id, key, segment, value, case.trial_id))
+    await conn.execute(*pg(g.SET_KEYS, g.keys_text(keys), case.case_id))

@@ -128,6 +128,12 @@ class TrialRecord:
     watch_id: str | None = None
     #: ``stop`` or ``continue`` once decided (:data:`OnDecision`); a watch's day row never stops.
     on_decision: str = "stop"
+    #: The segments the trial is also read by (issue 27, :mod:`policies.segments`), as JSON
+    #: text of a list (``[]``: none); how many segment values it tracks (the rest pooled as
+    #: ``other``); and the judged cases per tracked value that sampling favours (None: none).
+    segments: str = "[]"
+    segment_cap: int = 16
+    segment_min_cases: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,10 @@ class CaseStart:
     incumbent_cost_coverage: str
     created_at: float
     bodies_json: str | None = None
+    #: The case's (segment, value) pairs (:func:`policies.segments.segment_values`), content-free,
+    #: and its trial's cap: the store maps them to tracked keys or ``other`` as it claims the case.
+    segment_values: tuple[tuple[str, str], ...] = ()
+    segment_cap: int = 16
 
 
 @dataclass(frozen=True, slots=True)

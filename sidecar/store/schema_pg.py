@@ -320,6 +320,25 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
     """,
+    # 16: per-segment verdicts (issue 27), as in SQLite's migration 17: the segments a trial is read by and its cap; the
+    # segment values it tracks (at most ``segment_cap`` rows a trial, the rest pooled as
+    # ``other``); each case's segment keys (JSON, tracked keys or ``other``); the rejected
+    # segments a promotion acknowledged
+    """
+    ALTER TABLE trials ADD COLUMN segments TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE trials ADD COLUMN segment_cap INTEGER NOT NULL DEFAULT 16;
+    ALTER TABLE trials ADD COLUMN segment_min_cases INTEGER;
+    ALTER TABLE cases ADD COLUMN segment_keys TEXT;
+    CREATE TABLE trial_segments (
+        trial_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        segment TEXT NOT NULL,
+        value TEXT NOT NULL,
+        ordinal INTEGER NOT NULL,
+        PRIMARY KEY (trial_id, key)
+    );
+    ALTER TABLE promotions ADD COLUMN acknowledged_segments TEXT;
+    """,
 )
 
 

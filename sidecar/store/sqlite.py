@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
-from sidecar.store import cases_sql as c, outbox_sql, reports, trials_sql as t
+from sidecar.store import cases_sql as c, outbox_sql, reports, segments_sql as g, trials_sql as t
 from sidecar.store.dialect import SQLITE, chunks, sq
 from sidecar.store.records import (
     CaseFinish,
@@ -255,6 +255,8 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             if ended is not None:
                 _bump(conn, case.trial_id, ended, 1)
                 return "not_running"
+            if case.segment_values:
+                track_segments(conn, case)
             return "claimed"
 
         return await self._write(fn)
@@ -357,6 +359,23 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     async def scores_after(self, trial_id: str, after: int, limit: int = 100_000) -> list[tuple[int, float]]:
         return await self._run(lambda conn: [(int(r["score_seq"]), float(r["score"]))
                                              for r in conn.execute(*sq(c.SCORES_AFTER, trial_id, after, limit))])
+
+    async def segment_cases(self, trial_id: str) -> list[g.SegmentCase]:
+        return await self._run(lambda conn: [g.segment_case(r) for r in conn.execute(*sq(g.SCORED, trial_id))])
+
+    async def tracked_segments(self, trial_id: str) -> list[tuple[str, str, str]]:
+        return await self._run(lambda conn: [(r["key"], r["segment"], r["value"])
+                                             for r in conn.execute(*sq(g.TRACKED, trial_id))])
+
+    async def judged_keys(self, trial_id: str) -> dict[str, int]:
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for r in conn.execute(*sq(g.KEYS_OF_JUDGED, trial_id)):
+                for key in g.parse_keys(r["segment_keys"]):
+                    out[key] = out.get(key, 0) + 1
+            return out
+
+        return await self._run(fn)
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """A trial and its figures read together, so they agree with each other."""
@@ -513,3 +532,12 @@ def _bump(conn: sqlite3.Connection, trial_id: str, outcome: str, n: int) -> None
         "ON CONFLICT (trial_id, outcome) DO UPDATE SET n = n + excluded.n",
         (trial_id, outcome, n),
     )
+
+
+def track_segments(conn: sqlite3.Connection, case: CaseStart) -> None:
+    """Map a claimed case's segment values to tracked keys or ``other`` (issue 27), under the
+    write lock: the cap's count and the insert agree."""
+    keys, new = g.plan(case, {r["key"] for r in conn.execute(*sq(g.TRACKED_KEYS, case.trial_id))})
+    for key, segment, value in new:
+        conn.execute(*sq(g.TRACK, case.trial_id, key, segment, value, case.trial_id))
+    conn.execute(*sq(g.SET_KEYS, g.keys_text(keys), case.case_id))

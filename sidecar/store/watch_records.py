@@ -80,6 +80,8 @@ class PromotionRecord:
     promoted_by: str | None
     promoted_at: float
     evidence_json: str
+    #: The rejected segment keys the promoter acknowledged (JSON list; None: none were rejected).
+    acknowledged_segments: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

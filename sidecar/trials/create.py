@@ -20,9 +20,10 @@ import msgspec
 from judge.errors import JudgeError, UnknownRubric
 from judge.version import JudgeSpec, judge_version
 from policies.money import Price
+from policies.segments import DEFAULT_CAP, check_cap, check_segments
 from policies.site import Site
 from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE_PER_MTOK_USD
-from sidecar.errors import BadRequest, SpendUnbounded
+from sidecar.errors import BadRequest, InvalidSegments, SpendUnbounded
 from sidecar.store.records import TrialRecord, TrialStatus
 from sidecar.ingest.wire import DecodeError, check_utf8, split_path, where_decode_failed
 from sidecar.ingest.wording import PATTERN_WORDS
@@ -115,6 +116,13 @@ class TrialCreate(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     #: Once decided: ``stop`` (dispatch nothing more; the decision, evidence and spend freeze) or
     #: ``continue`` (keep narrowing the bounds up to ``expected_cases``).
     on_decision: Literal["stop", "continue"] = "stop"
+    #: The segments the trial is also read by (issue 27): ``route``, ``model``, ``gateway``,
+    #: ``length`` (a content-free bucket of the prompt's length) and ``tag:NAME``.
+    segments: list[str] = []
+    #: Segment values tracked (over all segments); the rest are pooled as ``other``.
+    segment_cap: int = DEFAULT_CAP
+    #: Judged cases per tracked value that sampling favours (within the spend cap); None: none.
+    segment_min_cases: int | None = None
 
 
 _create_decoder = msgspec.json.Decoder(TrialCreate)
@@ -148,7 +156,24 @@ def decode_create(body: bytes) -> TrialCreate:
                     f"tokens (one micro-dollar), got {value!r}",
                     field=f"{path}.{name}",
                 )
+    _check_segments(create)
     return create
+
+
+def _check_segments(create: TrialCreate) -> None:
+    """The segment fields' values: refused 422 ``invalid_segments`` naming the field."""
+    problem = check_segments(create.segments)
+    if problem is not None:
+        index, message = problem
+        raise InvalidSegments(message, field="$.segments" if index < 0 else f"$.segments[{index}]")
+    cap_problem = check_cap(create.segment_cap)
+    if cap_problem is not None:
+        raise InvalidSegments(cap_problem, field="$.segment_cap")
+    if create.segment_min_cases is not None:
+        if not 1 <= create.segment_min_cases <= MAX_CASES:
+            raise InvalidSegments(f"segment_min_cases is 1 to {MAX_CASES:,}", field="$.segment_min_cases")
+        if not create.segments:
+            raise InvalidSegments("segment_min_cases needs segments", field="$.segment_min_cases")
 
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
@@ -277,6 +302,9 @@ def build_trial(
         prompt_retention=prompt_retention,
         created_at=now,
         on_decision=body.on_decision,
+        segments=json.dumps(list(body.segments)),
+        segment_cap=body.segment_cap,
+        segment_min_cases=body.segment_min_cases,
     )
 
 

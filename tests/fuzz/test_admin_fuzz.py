@@ -114,6 +114,13 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     ),
     "sample_size": near_int(1, MAX_CASES),
     "on_decision": st.one_of(st.sampled_from(["stop", "continue", "Stop", "", "halt"]), any_value),
+    "segments": st.one_of(
+        st.lists(st.one_of(st.sampled_from(["route", "model", "gateway", "length", "tag:tier", "tag:", "prompt"]),
+                           strings), max_size=10),
+        any_value,
+    ),
+    "segment_cap": near_int(1, 64),
+    "segment_min_cases": near_int(1, MAX_CASES),
 }
 assert set(FIELD_VALUES) == set(TrialCreate.__struct_fields__)
 

@@ -25,7 +25,7 @@ from uplink.collector_store import Held
 #: Columns added by the kept-states migration and every one after it.
 NEW_FIELDS = ("sequence_state", "judge_health_state", "disputed_calls", "started_by", "source", "source_from",
               "source_to", "source_size", "replay_cursor", "replay_fed", "state_revision", "kind", "watch_id",
-              "on_decision")
+              "on_decision", "segments", "segment_cap", "segment_min_cases")
 
 
 def _before_kept_states(migrations: tuple[str, ...]) -> int:

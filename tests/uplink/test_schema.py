@@ -18,6 +18,7 @@ from uplink.schema import (
     ExchangeRecord,
     PostureRecord,
     SchemaError,
+    SegmentState,
     TrialSpec,
     TrialState,
     UnknownRecord,
@@ -140,8 +141,11 @@ def test_only_the_exchange_kind_can_carry_content() -> None:
     assert CONTENT_KINDS == {"exchange"}
     free_text_ok = {"id", "trial_id", "case_id", "exchange_id", "team", "outcome", "judge_version_id", "gateway",
                     "status", "incumbent_model", "candidate_model", "execution_site", "verdict", "decision",
-                    "route", "alert_id", "watch_id", "state", "order", "error", "coverage", "funnel"}
-    for kind in (CaseResult, TrialState, AlertRecord, CaseJudgment, CaseCost):
+                    "route", "alert_id", "watch_id", "state", "order", "error", "coverage", "funnel",
+                    # A segment key names a route, model, gateway, length bucket or gateway tag
+                    # (metadata the gateway sets, like ``route``), never prompt or answer text.
+                    "key", "segments_rejected"}
+    for kind in (CaseResult, TrialState, AlertRecord, CaseJudgment, CaseCost, SegmentState):
         for f in msgspec.structs.fields(kind):
             text = "str" in repr(f.type)
             assert not text or f.name in free_text_ok, f"{kind.__name__}.{f.name} could carry text"
