@@ -320,6 +320,22 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE trials ADD COLUMN on_decision TEXT NOT NULL DEFAULT 'continue';
     """,
+    # 16: reserved for issue 27's per-segment verdicts (written on that branch): a no-op here,
+    # not an empty (moved) step
+    "SELECT 1;",
+    # 17: Compare's spend (issue 28, item 5), as in SQLite's migration 18
+    """
+    CREATE TABLE compare_spend (
+        seq BIGSERIAL PRIMARY KEY,
+        team TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        charged_micros BIGINT NOT NULL,
+        known_micros BIGINT NOT NULL,
+        calls BIGINT NOT NULL,
+        unknown_calls BIGINT NOT NULL
+    );
+    CREATE INDEX compare_spend_at ON compare_spend (at, team);
+    """,
 )
 
 
