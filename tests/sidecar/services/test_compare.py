@@ -147,6 +147,34 @@ async def test_a_compare_adds_exactly_its_cost_to_evaluation_spend_and_nothing_t
     assert after["experiments"]["held_here"] is False and "control plane" in after["experiments"]["message"]
 
 
+async def test_a_compare_cut_short_still_counts_what_it_spent(tmp_path: Path) -> None:
+    async with Harness(tmp_path, models=models(), extra=EXTRA) as h:
+        assert h.admin is not None
+        admin = h.admin
+        first: dict[str, Any] = {}
+        async with admin.stream("POST", "/v1/compare", json=body(models=[FAST, SLOW])) as r:
+            assert r.status_code == 200
+            event = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "answer":
+                    first = json.loads(line[6:])
+                    break  # the client goes away before the slow model answers
+        assert first["model"] == FAST and first["cost"]["known_micros"] > 0
+        today: dict[str, Any] = {}
+
+        async def kept() -> bool:
+            nonlocal today
+            today = (await admin.get("/v1/live")).json()["evaluation_spend"]["today"]["evaluation"]
+            return bool(today["compares"] == 1)
+
+        await wait_for(kept, timeout=10, what="the cut-short compare's spend to be kept")
+    print(f"\ncut-short compare: first answer {first['cost']}; kept {today}")
+    assert today["by_source"]["compare_micros"] >= first["cost"]["known_micros"]
+    assert today["charged_micros"] == today["by_source"]["compare_micros"]
+
+
 async def test_compare_is_refused_before_streaming(tmp_path: Path) -> None:
     async with Harness(tmp_path, models=models(), extra=EXTRA) as h:
         assert h.admin is not None
