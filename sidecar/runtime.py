@@ -226,7 +226,8 @@ class Runtime:
             promotion=PromotionContext(views=views, store=self.store, clock=self.clock, resolve=self.resolve,
                                        routing=self.routing),
             compare=CompareContext(resolve=self.resolve, judge=config.judge, shadow_header=config.engine.shadow_header,
-                                   open_providers=lambda: open_providers(config), counters=self.counters),
+                                   open_providers=lambda: open_providers(config), counters=self.counters,
+                                   store=self.store, clock=self.clock),
         )
 
     # -- lifecycle -----------------------------------------------------------

@@ -109,7 +109,7 @@ async def put_posture(request: web.Request) -> web.Response:
 
 async def compare(request: web.Request) -> web.StreamResponse:
     """``POST /v1/compare``: refusals as JSON errors; then server-sent events as answers arrive.
-    Nothing of it is kept (sidecar.services.compare); no route reads a past compare."""
+    No content of it is kept, only its spend (sidecar.services.compare); no route reads a past compare."""
     service = request.app[COMPARE]
     try:
         plan = service.plan(principal_of(request), decode_compare(await read_body(request)))

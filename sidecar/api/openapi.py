@@ -208,11 +208,12 @@ def openapi_document() -> dict[str, Any]:
             },
             "/v1/compare": {
                 "post": {
-                    "summary": "One prompt, 2 to 6 models, side by side, scored by the absolute judge; nothing is kept",
+                    "summary": "One prompt, 2 to 6 models, side by side, scored by the absolute judge; no content is kept",
                     "description": "Server-sent events as results arrive: answer (per model, arrival order), "
                                    "score (absolute rubric family, 1-10, never a delta), done (spend and the "
                                    "POST /v1/trials body for any two of the models). Needs the write role and "
-                                   "the content permission. No route lists or shows a past compare.",
+                                   "the content permission. Only its spend is kept (counted in /v1/live's evaluation "
+                                   "spend); no route lists or shows a past compare.",
                     "requestBody": _json_body(compare),
                     "responses": {"200": {"description": "event stream",
                                           "content": {"text/event-stream": {"schema": {"type": "string"}}}},

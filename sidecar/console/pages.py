@@ -165,7 +165,7 @@ async def _estimate(request: web.Request, values: dict[str, str]) -> dict[str, A
     week = live["evaluation_spend"]["last_7_days"]["evaluation"]
     est = estimate(received=int(live["counters"].get("exchanges_received", 0)),
                    elapsed_s=time.monotonic() - console.started,
-                   charged_micros=int(week["charged_micros"]), cases=int(week["cases"]), values=values)
+                   charged_micros=int(week["by_source"]["trials_and_watches_micros"]), cases=int(week["cases"]), values=values)
     return {"e": est, "to_min": duration(est.to_min_s), "to_expected": duration(est.to_expected_s)}
 
 

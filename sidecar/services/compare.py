@@ -19,9 +19,11 @@ priced cost (an unknown cost keeps its worst case) and the judge's worst case fo
 answer is reserved; a score that does not fit is ``spend_cap_reached``. So the cap is never
 passed. It is separate from every trial's cap.
 
-Nothing is stored: no table, no log line with content, only content-free counters
-(``shadowtrial_compare_requests_total``); there is no route that lists or shows a past
-compare. Requires the write role on the team *and* the content permission (the answers
+No content is stored: no prompt, answer or score, no log line with content, only
+content-free counters (``shadowtrial_compare_requests_total``) and one row of spend (team,
+time, micros charged, calls of unknown cost: ``compare_spend``), kept before ``done`` is
+sent, so evaluation spend on Live counts Compare beside trials and watches. There is no route
+that lists or shows a past compare. Requires the write role on the team *and* the content permission (the answers
 are content). A refusal before the stream starts is the JSON error shape.
 """
 
@@ -114,6 +116,9 @@ class ComparePlan:
     cap: int
     remaining: int
     spent: list[Cost] = field(default_factory=list)
+    #: Micros charged against the cap: priced costs, and an unknown cost's worst case held.
+    charged: int = 0
+    kept: bool = False
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -207,6 +212,7 @@ class CompareService:
             total = Cost.zero()
             for c in plan.spent:
                 total = add_costs(total, c)
+            await self._keep_spend(plan)
             yield _sse("done", {
                 "models": len(plan.arms), "elapsed_ms": round((time.monotonic() - started) * 1000.0, 1),
                 "spend": {**total.to_dict(), "cap_micros": plan.cap},
@@ -220,6 +226,18 @@ class CompareService:
             await asyncio.gather(*tasks, return_exceptions=True)
             for p in providers.values():
                 await p.aclose()
+            await self._keep_spend(plan)  # a stream cut short still spent what it settled
+
+    async def _keep_spend(self, plan: ComparePlan) -> None:
+        """Keep the compare's spend once (content-free), if it spent anything."""
+        if plan.kept or not plan.spent:
+            return
+        plan.kept = True
+        await self._ctx.store.record_compare_spend(
+            team=plan.request.team, at=self._ctx.clock(), charged_micros=plan.charged,
+            known_micros=sum(c.known_micros for c in plan.spent), calls=len(plan.spent),
+            unknown_calls=sum(1 for c in plan.spent if c.coverage != "complete"),
+        )
 
 
 def _resolve(ctx: CompareContext, name: str, field: str) -> Any:
@@ -236,6 +254,7 @@ def _settle(plan: ComparePlan, a: _Arm, result: ProviderResult) -> Cost:
         cost = Cost(cost.known_micros, "unknown" if cost.coverage == "unknown" else "partial")
     held = a.reserved if cost.coverage != "complete" else min(cost.known_micros, a.reserved)
     plan.remaining += a.reserved - held
+    plan.charged += held
     plan.spent.append(cost)
     return cost
 
@@ -261,6 +280,7 @@ async def _score(plan: ComparePlan, judge: AbsoluteJudge, a: _Arm, result: Provi
         cost = add_costs(cost, price_usage(plan.judge_price, c.input_tokens, c.output_tokens))
     held = worst if cost.coverage != "complete" else min(worst, cost.known_micros)
     plan.remaining += worst - held
+    plan.charged += held
     plan.spent.append(cost)
     out.update({"score": scored.score, "error": scored.error, "cost": cost.to_dict()})
     return out

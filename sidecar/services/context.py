@@ -137,13 +137,16 @@ class PromotionContext:
 
 @dataclass(frozen=True, slots=True)
 class CompareContext:
-    """A compare: ``[judge]`` defaults, the shadow header of ``[engine]``, fresh provider clients."""
+    """A compare: ``[judge]`` defaults, the shadow header of ``[engine]``, fresh provider clients,
+    and the store and clock its spend is kept with (content-free, issue 28)."""
 
     resolve: Callable[[str], Resolved]
     judge: JudgeConfig
     shadow_header: str
     open_providers: Callable[[], dict[str, Provider]]
     counters: TapCounters
+    store: WatchStore
+    clock: Clock
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,11 +223,18 @@ class WatchService:
         windows: dict[str, dict[str, Any]] = {}
         for name, since in (("today", midnight), ("last_7_days", now - 7 * DAY_S)):
             w = {"charged": 0, "cases": 0, "incumbent_known": 0, "incumbent_unknown": 0}
+            c = {"charged": 0, "compares": 0, "unknown_calls": 0}
             if not none:
                 w = await ctx.store.spend_window(since=since, until=now + 1e-6, teams=teams)
+                c = await ctx.store.compare_spend_window(since=since, until=now + 1e-6, teams=teams)
             windows[name] = {
                 "since": since,
-                "evaluation": {"charged_micros": w["charged"], "cases": w["cases"], "basis": "list_price"},
+                # Every evaluation the sidecar ran: trials' and watches' cases, and Compare (issue 28).
+                "evaluation": {"charged_micros": w["charged"] + c["charged"], "cases": w["cases"],
+                               "basis": "list_price",
+                               "by_source": {"trials_and_watches_micros": w["charged"],
+                                             "compare_micros": c["charged"]},
+                               "compares": c["compares"], "compare_unknown_calls": c["unknown_calls"]},
                 "gateway_metered": {
                     "known_micros": w["incumbent_known"], "unknown_exchanges": w["incumbent_unknown"],
                     "scope": "the served exchanges of the evaluated cases, as the gateway metered or list-priced them",
@@ -236,7 +243,15 @@ class WatchService:
         totals = spend_totals_view(
             {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0} if none else await ctx.store.total_spend(teams=teams)
         )
-        spend = {**totals, **windows, "note": "evaluation spend is shown beside the gateway's metered spend, never summed with it"}
+        console = ctx.control_plane_console
+        experiments = {  # experiments run on a control plane; their spend is shown there (issue 28)
+            "held_here": False, "control_plane_console": console or None,
+            "message": (f"experiments run on the control plane; their spend is on its Live, beside trials': {console}"
+                        if console else "experiments run on a control plane (shadowtrial collector), not on this "
+                        "sidecar; their spend is on its Live; none is configured here ([uplink] console_url)"),
+        }
+        spend = {**totals, **windows, "experiments": experiments,
+                 "note": "evaluation spend is shown beside the gateway's metered spend, never summed with it"}
         running_items = [await live_item(ctx.views, r) for r in running]
         watch_items = [await self.view(w) for w in watches]
         return {

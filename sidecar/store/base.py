@@ -391,6 +391,18 @@ class WatchStore(Protocol):
         cost was unknown (never counted as zero)."""
         ...
 
+    async def record_compare_spend(self, *, team: str, at: float, charged_micros: int, known_micros: int,
+                                   calls: int, unknown_calls: int) -> None:
+        """Keep one compare's spend (issue 28): its team, when, the list-priced micros charged
+        against its cap (an unknown cost's worst case included) and the calls of unknown cost.
+        Content-free: no prompt, answer, model or score."""
+        ...
+
+    async def compare_spend_window(self, *, since: float, until: float,
+                                   teams: Sequence[str] | None = None) -> dict[str, int]:
+        """Over compares kept in ``[since, until)``: ``charged`` micros, ``compares``, ``unknown_calls``."""
+        ...
+
     async def pending_transitions(self, *, limit: int) -> list[AlertTransition]:
         """Alert transitions the webhook has not delivered, oldest first."""
         ...

@@ -359,4 +359,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE promotions ADD COLUMN acknowledged_segments TEXT;
     """,
+    # 18: Compare's spend (issue 28, item 5): one content-free row per compare (team, when,
+    # list-priced micros charged against its cap, unknown-cost calls), so evaluation spend
+    # counts Compare beside trials and watches
+    """
+    CREATE TABLE compare_spend (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        team TEXT NOT NULL,
+        at REAL NOT NULL,
+        charged_micros INTEGER NOT NULL,
+        known_micros INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        unknown_calls INTEGER NOT NULL
+    );
+    CREATE INDEX compare_spend_at ON compare_spend (at, team);
+    """,
 )

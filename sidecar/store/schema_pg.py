@@ -339,6 +339,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE promotions ADD COLUMN acknowledged_segments TEXT;
     """,
+    # 17: Compare's spend (issue 28, item 5), as in SQLite's migration 18
+    """
+    CREATE TABLE compare_spend (
+        seq BIGSERIAL PRIMARY KEY,
+        team TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        charged_micros BIGINT NOT NULL,
+        known_micros BIGINT NOT NULL,
+        calls BIGINT NOT NULL,
+        unknown_calls BIGINT NOT NULL
+    );
+    CREATE INDEX compare_spend_at ON compare_spend (at, team);
+    """,
 )
 
 

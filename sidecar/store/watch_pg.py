@@ -250,6 +250,22 @@ class PostgresWatches:
         )
         return {k: int(row[k]) for k in ("charged", "cases", "incumbent_known", "incumbent_unknown")}
 
+    async def record_compare_spend(self, *, team: str, at: float, charged_micros: int, known_micros: int,
+                                   calls: int, unknown_calls: int) -> None:
+        await _insert(self._open_pool(), "compare_spend", {
+            "team": team, "at": at, "charged_micros": charged_micros, "known_micros": known_micros,
+            "calls": calls, "unknown_calls": unknown_calls})
+
+    async def compare_spend_window(self, *, since: float, until: float,
+                                   teams: Sequence[str] | None = None) -> dict[str, int]:
+        row = await self._open_pool().fetchrow(
+            "SELECT COALESCE(SUM(charged_micros), 0) AS charged, COUNT(*) AS compares, "
+            "COALESCE(SUM(unknown_calls), 0) AS unknown_calls FROM compare_spend WHERE at >= $1 AND at < $2 "
+            "AND ($3::text[] IS NULL OR team = ANY($3::text[]))",
+            since, until, None if teams is None else list(teams),
+        )
+        return {k: int(row[k]) for k in ("charged", "compares", "unknown_calls")}
+
     async def pending_transitions(self, *, limit: int) -> list[AlertTransition]:
         rows = await self._open_pool().fetch(
             "SELECT id, alert_id, watch_id, team, state, at, actor, attempts FROM alert_transitions "

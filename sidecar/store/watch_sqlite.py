@@ -279,6 +279,29 @@ class SQLiteWatches:
         result: dict[str, int] = await self._run(fn)
         return result
 
+    async def record_compare_spend(self, *, team: str, at: float, charged_micros: int, known_micros: int,
+                                   calls: int, unknown_calls: int) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            _insert(conn, "compare_spend", {"team": team, "at": at, "charged_micros": charged_micros,
+                                            "known_micros": known_micros, "calls": calls,
+                                            "unknown_calls": unknown_calls})
+
+        await self._write(fn)
+
+    async def compare_spend_window(self, *, since: float, until: float,
+                                   teams: Sequence[str] | None = None) -> dict[str, int]:
+        def fn(conn: sqlite3.Connection) -> dict[str, int]:
+            sql = ("SELECT COALESCE(SUM(charged_micros), 0) AS charged, COUNT(*) AS compares, "
+                   "COALESCE(SUM(unknown_calls), 0) AS unknown_calls FROM compare_spend WHERE at >= ? AND at < ?")
+            args: list[Any] = [since, until]
+            if teams is not None:
+                sql += f" AND team IN ({', '.join('?' for _ in teams)})"
+                args.extend(teams)
+            return {k: int(v) for k, v in dict(conn.execute(sql, args).fetchone()).items()}
+
+        result: dict[str, int] = await self._run(fn)
+        return result
+
     async def pending_transitions(self, *, limit: int) -> list[AlertTransition]:
         def fn(conn: sqlite3.Connection) -> list[AlertTransition]:
             rows = conn.execute(

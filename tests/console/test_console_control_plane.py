@@ -109,6 +109,9 @@ async def operators_day(c: CollectorServer, auth: AuthKit, browser: Any, trial_i
         await expect(page.locator("#running")).to_contain_text(trial_id)
         await expect(page.locator("#running")).to_contain_text("gw-1/a")
         await expect(page.locator("#running")).to_contain_text("gw-1/b")
+        # Experiments' spend is here, beside trials' (never summed), and its label says so (issue 28).
+        await expect(page.locator("#experiments-spend-label")).to_have_text("Evaluation spend (experiments), beside trials'")
+        await expect(page.locator("[data-tile=traffic-spend]")).to_be_visible()
         await screenshot(page, "control-plane-live")
 
         # Experiments: pin a suite, then two arms, readiness, Back, launch.
@@ -180,5 +183,11 @@ async def sidecar_links_to_the_control_plane(sidecar: Harness, browser: Any, con
         await page.goto("/console/results")
         await expect(page.locator("#corpus-link")).to_have_attribute("href", console_url)
         await expect(page.locator("#control-plane-link")).to_have_attribute("href", console_url)
+        # Live's evaluation spend counts Compare here, and says experiments' spend is on the control plane's Live.
+        live = (await sidecar.admin.get("/v1/live")).json()["evaluation_spend"]  # type: ignore[union-attr]
+        assert live["experiments"]["control_plane_console"] == console_url
+        await page.goto("/console/")
+        await expect(page.locator("#evaluation-spend-label")).to_have_text("Evaluation spend today: trials, watches and Compare")
+        await expect(page.locator("[data-tile=experiments-spend] a")).to_have_attribute("href", console_url)
     finally:
         await pages.close()

@@ -4,6 +4,7 @@ where it shows: in a real Chromium, or over HTTP where the defect is the server'
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from playwright.async_api import expect
 
 from sidecar.collector.server import CollectorServer
 from sidecar.console.chart import decision_chart, round_step
+from sidecar.console.fmt import usd
 from sidecar.console.wording import product_words
 from tests.console.conftest import Pages
 from tests.console.test_console_browser import sign_in
@@ -146,15 +148,37 @@ async def test_teams_says_replay_is_unavailable_without_a_retention_key(tmp_path
         assert re.search(r"replay: unavailable — this sidecar keeps no exchanges", text), text
 
 
+async def compare_cost(client: httpx.AsyncClient) -> int:
+    """Run a compare of the incumbent and the candidate; its spend (known micros, all priced)."""
+    body = {"team": "team-a", "messages": [{"role": "user", "content": "hi"}], "models": [INCUMBENT, CANDIDATE]}
+    done: dict[str, Any] = {}
+    async with client.stream("POST", "/v1/compare", json=body) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                done = json.loads(line[6:])
+    assert done["spend"]["coverage"] == "complete" and done["spend"]["known_micros"] > 0, done
+    return int(done["spend"]["known_micros"])
+
+
 @ASYNC
 async def test_live_names_its_spend_tiles_truthfully(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.sidecar is not None
+    async with Harness(tmp_path, never_called=()) as h:  # the compare below asks the incumbent too
+        assert h.sidecar is not None and h.admin is not None
         async with httpx.AsyncClient(base_url=h.sidecar.admin_url) as client:
             text = (await client.get("/console/")).text
         assert "Gateway metered spend today" not in text  # it was only the evaluated cases' exchanges
         assert "Served cost of today's evaluated cases" in text
-        assert "Evaluation spend today: trials and watches" in text
+        assert "Evaluation spend today: trials, watches and Compare" in text
+        assert "not counted" not in text  # Compare's spend is kept and counted (issue 28, item 5)
+        assert "$0.0000 trials and watches, $0.0000 Compare (0 compares)" in text
+        assert "Experiments run on a control plane, not on this sidecar; their spend is on its Live." in text
+        # A compare's spend shows in the tile, as its own part of evaluation spend.
+        cost = await compare_cost(h.admin)
+        async with httpx.AsyncClient(base_url=h.sidecar.admin_url) as client:
+            text = (await client.get("/console/")).text
+        assert f"$0.0000 trials and watches, {usd(cost)} Compare (1 compare)" in text
+        assert re.search(rf'data-tile="evaluation-spend">\s*{re.escape(usd(cost))}<', text), text
 
 
 def test_axis_ticks_fall_on_round_numbers() -> None:

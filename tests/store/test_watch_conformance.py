@@ -218,6 +218,21 @@ async def test_spend_window_sums_cases_finished_in_it_by_team(store: Store) -> N
         "charged": 40, "cases": 1, "incumbent_known": 300, "incumbent_unknown": 0}
 
 
+async def test_compare_spend_is_kept_and_summed_by_window_and_team(store: Store) -> None:
+    assert await store.compare_spend_window(since=0.0, until=1000.0) == {"charged": 0, "compares": 0, "unknown_calls": 0}
+    for team, at, charged, unknown in (("team-a", 100.0, 700, 0), ("team-a", 200.0, 300, 1), ("team-b", 150.0, 50, 0)):
+        await store.record_compare_spend(team=team, at=at, charged_micros=charged, known_micros=charged - 10 * unknown,
+                                         calls=4, unknown_calls=unknown)
+    assert await store.compare_spend_window(since=0.0, until=1000.0) == {
+        "charged": 1050, "compares": 3, "unknown_calls": 1}
+    assert await store.compare_spend_window(since=150.0, until=1000.0, teams=["team-a"]) == {
+        "charged": 300, "compares": 1, "unknown_calls": 1}
+    assert await store.compare_spend_window(since=0.0, until=1000.0, teams=[]) == {
+        "charged": 0, "compares": 0, "unknown_calls": 0}
+    # Compare's spend is its own: the trials' window does not see it.
+    assert (await store.spend_window(since=0.0, until=1000.0))["charged"] == 0
+
+
 async def test_adoption_is_final(store: Store) -> None:
     await promoted(store)
     record, changed = await store.set_trial_status("t1", "stopped", "stopped by operator", ended=True, now=9.0)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from sidecar.demo.fake_provider import FakeModel
-from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 CANARY = "CANARY-c0mpare-91b2"
 FAST, MID, SLOW, UNPRICED = "m-fast", "m-mid", "m-slow", "m-unpriced"
@@ -101,6 +101,78 @@ async def test_nothing_of_a_compare_is_stored_logged_or_exported_and_no_route_re
     assert not [s for s in seen if CANARY in s]
     assert reads == {"/v1/compare": 405, "/v1/compare/1": 404, "/v1/compares": 404, "/v1/compare/history": 404}
     assert 'shadowtrial_compare_requests_total{result="streamed"} 1' in metrics
+
+
+async def test_a_compare_adds_exactly_its_cost_to_evaluation_spend_and_nothing_to_metered_spend(
+    tmp_path: Path
+) -> None:
+    """Issue 28, item 5: every evaluation's spend is in evaluation spend, Compare's too, beside
+    (never summed with) the served exchanges' metered cost, which a compare does not change."""
+    async with Harness(tmp_path, models=models(), extra=EXTRA) as h:
+        assert h.admin is not None
+        admin = h.admin
+        trial = await h.create_trial(sample_rate=1.0)
+        await h.send([exchange(i) for i in range(3)])
+        await h.settle(trial["id"], 3)
+
+        async def live() -> dict[str, Any]:
+            r = await admin.get("/v1/live")
+            assert r.status_code == 200, r.text
+            spend: dict[str, Any] = r.json()["evaluation_spend"]
+            return spend
+
+        async def idle() -> bool:
+            r = await admin.get("/v1/live")
+            return bool(r.json()["intake"]["in_flight"] == 0)
+
+        await wait_for(idle, timeout=10, what="the engine to be idle")
+        before = await live()
+        status, events = await stream(admin, body(models=[FAST, MID]))
+        assert status == 200 and events[-1][0] == "done", events
+        cost = events[-1][1]["spend"]
+        after = await live()
+    print(f"\ncompare spend: {cost}; evaluation today {before['today']['evaluation']} -> {after['today']['evaluation']}")
+    assert cost["coverage"] == "complete" and cost["known_micros"] > 0
+    for window in ("today", "last_7_days"):
+        b, a = before[window], after[window]
+        assert b["evaluation"]["charged_micros"] > 0  # the trial's cases were counted already
+        assert a["evaluation"]["charged_micros"] - b["evaluation"]["charged_micros"] == cost["known_micros"]
+        assert a["evaluation"]["by_source"] == {
+            "trials_and_watches_micros": b["evaluation"]["by_source"]["trials_and_watches_micros"],
+            "compare_micros": b["evaluation"]["by_source"]["compare_micros"] + cost["known_micros"]}
+        assert (b["evaluation"]["compares"], a["evaluation"]["compares"]) == (0, 1)
+        assert a["evaluation"]["cases"] == b["evaluation"]["cases"]
+        assert a["gateway_metered"] == b["gateway_metered"]  # metered spend: unchanged, never summed
+    assert after["known_micros"] == before["known_micros"]  # the trials' own totals are the trials'
+    assert after["experiments"]["held_here"] is False and "control plane" in after["experiments"]["message"]
+
+
+async def test_a_compare_cut_short_still_counts_what_it_spent(tmp_path: Path) -> None:
+    async with Harness(tmp_path, models=models(), extra=EXTRA) as h:
+        assert h.admin is not None
+        admin = h.admin
+        first: dict[str, Any] = {}
+        async with admin.stream("POST", "/v1/compare", json=body(models=[FAST, SLOW])) as r:
+            assert r.status_code == 200
+            event = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event == "answer":
+                    first = json.loads(line[6:])
+                    break  # the client goes away before the slow model answers
+        assert first["model"] == FAST and first["cost"]["known_micros"] > 0
+        today: dict[str, Any] = {}
+
+        async def kept() -> bool:
+            nonlocal today
+            today = (await admin.get("/v1/live")).json()["evaluation_spend"]["today"]["evaluation"]
+            return bool(today["compares"] == 1)
+
+        await wait_for(kept, timeout=10, what="the cut-short compare's spend to be kept")
+    print(f"\ncut-short compare: first answer {first['cost']}; kept {today}")
+    assert today["by_source"]["compare_micros"] >= first["cost"]["known_micros"]
+    assert today["charged_micros"] == today["by_source"]["compare_micros"]
 
 
 async def test_compare_is_refused_before_streaming(tmp_path: Path) -> None:
