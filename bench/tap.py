@@ -473,6 +473,9 @@ async def create_trial(session: aiohttp.ClientSession, admin: str, rate: float) 
     body = {
         "team": TEAM, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
         "spend_cap_usd": 100.0, "sample_rate": rate,
+        # Keep dispatching past the decision (stop is the default): a bench measures cases run,
+        # not cases counted after_decision.
+        "on_decision": "continue",
     }
     async with session.post(admin + "/v1/trials", json=body) as resp:
         data = await resp.json()

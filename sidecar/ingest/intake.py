@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from operator import attrgetter
 from typing import Callable, Mapping, Protocol, Sequence
 
 from policies.sampling import sampler
@@ -103,18 +104,44 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     deciders: dict[str, Callable[[str], bool]] = {}
     not_sampled: dict[str, int] = {}
     plan: list[tuple[str, Callable[[str], bool], str, bool, Favour | None]] = []
+    # When every trial of the plan samples at rate 0 (a trial being set up, or paused by its
+    # rate) and favours no segment, an exchange that is not redacted is not_sampled for each:
+    # counted as a run, with no call and no count per exchange (issue 29). ``run`` is added to
+    # each at a plan change.
+    never = False
+    run = 0
     team: str | None = None
     model = gateway = ""
     path: str | None = None
-    for ex in exchanges:
+    if exchanges and not any(map(_REDACTED, exchanges)) and all(len(set(map(k, exchanges))) == 1 for k in _KEY):
+        # The common batch: one gateway, team, model and route, nothing redacted. When no
+        # trial matches it, or every matching one samples at rate 0, it is decided whole, in
+        # C-level passes over the batch, with no Python step per exchange (issue 29).
+        matched = routes.match(exchanges[0])
+        if all(route.sample_rate == 0.0 and route.favour is None for route in matched):
+            for route in matched:
+                not_sampled[route.trial_id] = len(exchanges)
+            exchanges_to_run: list[Exchange] = []
+        else:
+            exchanges_to_run = exchanges
+    else:
+        exchanges_to_run = exchanges
+    for ex in exchanges_to_run:
         if ex.team != team or ex.model != model or ex.route != path or ex.gateway != gateway:
+            if run:
+                for trial_id, _, _, _, _ in plan:
+                    not_sampled[trial_id] = not_sampled.get(trial_id, 0) + run
+                run = 0
             team, model, path, gateway = ex.team, ex.model, ex.route, ex.gateway
             plan = []
+            never = True
             for route in routes.match(ex):
                 decide = deciders.get(route.trial_id)
                 if decide is None:
                     decide = deciders[route.trial_id] = sampler(route.trial_id, route.sample_rate)
                 plan.append((route.trial_id, decide, route.execution_site, route.decided, route.favour))
+                # sampler: rate 0 never samples; a segment short of its minimum may still be taken
+                never = never and route.sample_rate == 0.0 and route.favour is None
                 if not route.prompt_retention:
                     content_free.add(route.trial_id)
         if not plan:
@@ -122,6 +149,9 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
         if ex.redacted:
             for trial_id, _, _, _, _ in plan:
                 counts[(trial_id, "skipped_redacted")] += 1
+            continue
+        if never:
+            run += 1
             continue
         for trial_id, decide, site, decided, favour in plan:
             if not decide(ex.exchange_id) and (favour is None or not favour.wants(exchange_keys(favour.segments, ex))):
@@ -133,6 +163,9 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
                 outbox_shed += 1
             else:
                 claims.setdefault(site, []).append(Claim(trial_id, ex))
+    if run:
+        for trial_id, _, _, _, _ in plan:
+            not_sampled[trial_id] = not_sampled.get(trial_id, 0) + run
     for trial_id, n in not_sampled.items():
         counts[(trial_id, "not_sampled")] += n
     sampled, shed = 0, outbox_shed
@@ -161,6 +194,11 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     parts.counters.cases_sampled += sampled
     parts.counters.cases_shed += shed
     return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
+
+
+#: An exchange's routing key (what :meth:`Routes.match` reads) and its redaction flag, read in C.
+_KEY = tuple(attrgetter(name) for name in ("team", "model", "route", "gateway"))
+_REDACTED = attrgetter("redacted")
 
 
 def _write(parts: IntakeParts, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:
