@@ -84,7 +84,7 @@ class TapSender:
         batch_size: int = 100,
         batch_bytes: int = 1 << 20,
         tap_max_bytes: int = 4 << 20,
-        flush_s: float = 0.2,
+        flush_s: float = 1.0,
         max_buffer: int = 5000,
         buffer_bytes: int = 64 << 20,
         stats_every_s: float = 5.0,
@@ -141,6 +141,10 @@ class TapSender:
     def stats_header(self) -> str:
         """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started."""
         return json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+
+    def down_reason(self) -> str | None:
+        """Why what is offered now would be dropped at once (the tap is in its back-off), or None."""
+        return self._down_reason if time.monotonic() < self._down_until else None
 
     def offer(self, exchange: Mapping[str, Any]) -> None:
         """Queue one exchange for the tap (call on the event loop; never awaits)."""
