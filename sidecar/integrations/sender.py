@@ -117,8 +117,9 @@ class TapSender:
         self._headers = {"Content-Type": "application/json"}
         if tap_token:
             self._headers["Authorization"] = f"Bearer {tap_token}"
-        self._tap_token = tap_token
-        self._tap: TapConnection | None = None
+        #: The batches' way to the tap (built here: a URL it cannot use fails the sender's start,
+        #: which the plugin turns into one log line, not a failing task later).
+        self._tap = TapConnection(tap_url, token=tap_token, timeout_s=timeout_s)
         self._buffer: deque[bytes] = deque()
         self._buffered_bytes = 0
         self._wake = asyncio.Event()
@@ -214,9 +215,7 @@ class TapSender:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        if self._tap is not None:
-            await self._tap.aclose()
-            self._tap = None
+        await self._tap.aclose()
 
     # -- batches ----------------------------------------------------------------
 
@@ -280,8 +279,6 @@ class TapSender:
         if self._transport is not None:
             headers = {**self._headers, STATS_HEADER: stats}
             return (await self.http().post(self.tap_url, content=body, headers=headers)).status_code
-        if self._tap is None:
-            self._tap = TapConnection(self.tap_url, token=self._tap_token, timeout_s=self.timeout_s)
         return await self._tap.post(body, b"%s: %s\r\n" % (_STATS_HEADER_NAME, stats.encode()))
 
     def _back_off(self, reason: str) -> None:

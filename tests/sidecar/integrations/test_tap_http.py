@@ -183,3 +183,11 @@ def test_encode_writes_what_the_standard_encoder_writes_and_refuses_what_it_refu
         assert item is not None and json.loads(item) == expected
     for value in REFUSED:
         assert sender.encode(value) is None, value
+
+
+def test_a_tap_url_the_connection_cannot_use_fails_the_start_not_a_later_task() -> None:
+    """A port that is not a number passes the settings' check; the sender refuses it when
+    built (the plugin then disables itself in one log line) instead of a flush task failing."""
+    with pytest.raises(ValueError):
+        sender.TapSender("http://tap:port/v1/exchanges")
+    assert TapConnection("http://tap:8790/v1/exchanges").port == 8790
