@@ -3,6 +3,7 @@
     .venv/bin/python bench/gateway_overhead.py                      # 3 rounds x 1,000 requests per proxy
     .venv/bin/python bench/gateway_overhead.py --rounds 1 --requests 200 --throughput-requests 200   # a quick look
     .venv/bin/python bench/gateway_overhead.py --stream             # streamed answers instead
+    .venv/bin/python bench/gateway_overhead.py --proxies null,up,stopped,hung --rounds 5   # the plugin's states
 
 LiteLLM ``litellm[proxy]==1.80.0`` runs from the environment ``tests/litellm_proxy.py``
 builds and caches (``~/.cache/shadowtrial/...``; about 35 s the first time). Six proxies,
@@ -10,7 +11,7 @@ one config, differing only in what is registered as a callback:
 
 - **none** — no callback: the reference;
 - **plugin, sidecar up** — shadowtrial's plugin (``sidecar.integrations.litellm``, default
-  settings: 0.5 s timeout, 0.2 s flush, batches of 100) posting to a real sidecar (its own
+  settings: 0.5 s timeout, 1 s flush, batches of 100) posting to a real sidecar (its own
   process, engine in another) with one running trial that matches every call and samples
   ``--sample-rate`` of them, so candidate and judge calls really run beside the load;
 - **plugin, sidecar stopped** — the same plugin, its tap URL a port nothing listens on;
@@ -20,6 +21,8 @@ one config, differing only in what is registered as a callback:
   an enterprise feature: without a licence it raises before queueing anything
   (``tests/integrations/FINDINGS.md``), so this row is the cost of that check and its
   logged traceback, not of sending;
+- **null callback** (``--proxies null``) — a ``CustomLogger`` whose hook does nothing: what
+  LiteLLM itself spends on calling any callback, the floor under the plugin's rows;
 - **generic format -> sink** — a stand-in posting what the generic API logger would (JSON
   arrays of standard logging objects through LiteLLM's own ``safe_dumps`` and HTTP client,
   512 per batch or every 5 s) to the same sink (``GENERIC_SENDER`` in tests/litellm_proxy.py).
@@ -35,7 +38,10 @@ message of about 1 KB, ``max_tokens`` 256, key ``sk-team-a``) for every proxy, o
   that proxy's blocks.
 
 Reported per proxy: p50, p99, requests/s, each as a ratio against *none*, and the proxy
-process's CPU per request (user + system, from /proc, both phases). A warm-up of
+process's CPU per request (user + system, from /proc, both phases) and its excess over
+*none* (``CPU +ms``): on a shared machine the CPU figures move least. ``--proxies`` runs
+only the named rows (and *none*); ``--pin`` puts the proxies on one core and everything
+else of the benchmark on the other. A warm-up of
 ``--warmup`` requests per proxy is not counted. The fake upstream answers at once, so the
 latencies are LiteLLM's own overhead plus loopback. ``others`` is the CPU the rest of the
 machine used meanwhile: when it is high, compare only within the run. Speed is measured,
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -66,7 +73,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tap import (  # noqa: E402
-    CANDIDATE, HOST, INCUMBENT, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, run_fake_provider, run_sidecar,
+    CANDIDATE, HOST, INCUMBENT, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, pin, run_fake_provider,
+    run_sidecar,
 )
 from tests.litellm_proxy import (  # noqa: E402
     GENERIC_CALLBACK, LITELLM_GENERIC_API, PLUGIN_CALLBACK, Deployment, LiteLLMProxy, ensure_litellm_venv,
@@ -74,6 +82,47 @@ from tests.litellm_proxy import (  # noqa: E402
 )
 
 TEAM_KEY, TEAM = "sk-team-a", "team-a"
+#: LiteLLM's own cost of calling a callback: a ``CustomLogger`` whose hooks do nothing.
+NULL_NAME, NULL_CALLBACK = "null callback", "shadowtrial_null_callback.callback"
+NULL_MODULE = '''
+"""A LiteLLM callback that does nothing: what calling any callback costs the proxy."""
+from litellm.integrations.custom_logger import CustomLogger
+
+
+class NullCallback(CustomLogger):
+    async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
+        return None
+
+
+callback = NullCallback()
+'''
+#: ``--proxies`` names -> rows.
+SHORT = {
+    "none": "none", "null": NULL_NAME, "up": "plugin, sidecar up", "stopped": "plugin, sidecar stopped",
+    "hung": "plugin, sidecar hung", "generic_api": "generic_api (unlicensed)", "generic": "generic format -> sink",
+}
+#: ``--pin``: the proxies on one core, the load generator, upstream, sidecar and sink on the other.
+PROXY_CPU, HELPER_CPU = 1, 0
+
+
+def chosen(names: str) -> list[str]:
+    """The rows ``--proxies`` names (``none`` always first: the reference)."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in SHORT]
+    if unknown:
+        raise SystemExit(f"--proxies: unknown {unknown}; choose from {list(SHORT)}")
+    return [SHORT["none"]] + [SHORT[n] for n in wanted if n != "none"]
+
+
+def pin_tree(pid: int, cpu: int) -> None:
+    """Pin ``pid`` and its child processes (a uvicorn worker) to ``cpu``."""
+    pin(pid, cpu)
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return
+    for child in children:
+        pin_tree(int(child), cpu)
 PRICE = (2e-6, 8e-6)  # USD per token, the sidecar's list price for the incumbent (bench/tap.py)
 
 
@@ -288,7 +337,7 @@ def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_c
     ref = figures[order[0]]
     print()
     head = (f"{'callback':<28}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'p50 x':>8}{'p99 x':>8}"
-            f"{'req/s':>9}{'req/s x':>9}{'CPU ms/req':>12}")
+            f"{'req/s':>9}{'req/s x':>9}{'CPU ms/req':>12}{'CPU +ms':>9}")
     print(head)
     print("-" * len(head))
     for name in order:
@@ -297,9 +346,10 @@ def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_c
             print(f"{name:<28}{'no successful request':>40}")
             continue
         cpu = f.cpu_seconds / f.requests * 1000.0 if f.requests else float("nan")
+        ref_cpu = ref.cpu_seconds / ref.requests * 1000.0 if ref.requests else float("nan")
         print(f"{name:<28}{len(f.latencies):>6}{f.errors:>5}{f.p(0.50):>9.2f}{f.p(0.99):>9.2f}"
               f"{f.p(0.50) / ref.p(0.50):>8.3f}{f.p(0.99) / ref.p(0.99):>8.3f}"
-              f"{f.rps:>9.1f}{(f.rps / ref.rps if ref.rps else float('nan')):>9.3f}{cpu:>12.2f}")
+              f"{f.rps:>9.1f}{(f.rps / ref.rps if ref.rps else float('nan')):>9.3f}{cpu:>12.3f}{cpu - ref_cpu:>+9.3f}")
     proxies_cpu = sum(f.cpu_seconds for f in figures.values())
     print(f"\nwall {wall:.0f} s; CPU-s: proxies {proxies_cpu:.0f}, load generator + upstream + sidecar + sink "
           f"{helpers_cpu:.0f}, others (outside this benchmark) {others_cpu:.0f} "
@@ -339,13 +389,30 @@ async def amain(args: argparse.Namespace) -> int:
             specs[name] = ((PLUGIN_CALLBACK,), {"LITELLM_SHADOWTRIAL_TAP_URL": url, "LITELLM_SHADOWTRIAL_GATEWAY": "bench"})
         specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
         specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
+        specs[NULL_NAME] = ((NULL_CALLBACK,), {})
         if args.quick:  # two proxies, not six: the plugin against none, enough to show the bench runs
             specs = {name: specs[name] for name in ("none", "plugin, sidecar up")}
+        elif args.proxies:
+            specs = {name: specs[name] for name in chosen(args.proxies)}
+        else:
+            del specs[NULL_NAME]
         for i, (name, (callbacks, env)) in enumerate(specs.items()):
-            config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments, callbacks=callbacks)
+            config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments,
+                                     callbacks=[c for c in callbacks if c != NULL_CALLBACK])
+            if NULL_CALLBACK in callbacks:  # written here: a callback only this benchmark uses
+                (config.parent / "shadowtrial_null_callback.py").write_text(NULL_MODULE)
+                settings = json.loads(config.read_text())
+                settings["litellm_settings"]["callbacks"] = [NULL_CALLBACK]
+                config.write_text(json.dumps(settings, indent=2))
             proxies.append(LiteLLMProxy(name, venv, config, proxy_env(env)))
         t0 = time.monotonic()
         start_proxies(proxies, timeout_s=240.0)
+        if args.pin:
+            for proxy in proxies:
+                assert proxy.process is not None
+                pin_tree(proxy.process.pid, PROXY_CPU)
+            for pid in (os.getpid(), fake.proc.pid, sidecar.proc.pid, sink.proc.pid):
+                pin_tree(pid, HELPER_CPU)
         print(f"{len(proxies)} proxies ready in {time.monotonic() - t0:.1f} s; measuring "
               f"({args.rounds} x {args.requests} sequential + {args.rounds} x {args.throughput_requests} at "
               f"concurrency {args.concurrency} per proxy{', streamed' if args.stream else ''})", flush=True)
@@ -382,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-rate", type=float, default=0.05, help="the running trial's rate (sidecar up)")
     parser.add_argument("--stream", action="store_true", help="streamed answers (stream_options.include_usage)")
     parser.add_argument("--deadline", type=float, default=2400.0, help="stop measuring after this many seconds")
+    parser.add_argument("--proxies", default="", help=f"comma-separated rows to run besides none, of {list(SHORT)} "
+                        "(default: all but null)")
+    parser.add_argument("--pin", action="store_true", help=f"pin the proxies to CPU {PROXY_CPU} and the load "
+                        f"generator, upstream, sidecar and sink to CPU {HELPER_CPU}")
     _quick(parser, argv, requests=20, throughput_requests=16, rounds=1, block=8, warmup=3, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))

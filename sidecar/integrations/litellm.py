@@ -61,7 +61,7 @@ import httpx
 from sidecar.integrations import litellm_prices
 from sidecar.integrations.litellm_settings import ENV_PREFIX, SettingError, read_settings
 from sidecar.integrations.sender import DROP_REASONS, STATS_HEADER, TapSender
-from sidecar.integrations.slo import Context, Skip, to_exchange
+from sidecar.integrations.slo import CHAT_CALL_TYPES, SHADOW_HEADER, Context, Skip, has_header, to_exchange
 
 __all__ = ["DROP_REASONS", "ENV_PREFIX", "STATS_HEADER", "SettingError", "TapPlugin", "build_from_env"]
 
@@ -91,7 +91,7 @@ class TapPlugin:
         batch_size: int = 100,
         batch_bytes: int = 1 << 20,
         tap_max_bytes: int = 4 << 20,
-        flush_s: float = 0.2,
+        flush_s: float = 1.0,
         max_buffer: int = 5000,
         buffer_bytes: int = 64 << 20,
         stats_every_s: float = 5.0,
@@ -149,6 +149,11 @@ class TapPlugin:
 
     async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
         try:
+            if self._is_sampled is None:
+                down = self.sender.down_reason()
+                if down is not None and _plainly_an_exchange(kwargs):
+                    self.sender.drop(down, 1)  # the tap is down: dropped before it is even mapped
+                    return
             exchange = self.exchange_from(kwargs)
             if exchange is not None and self._wanted(exchange):
                 self.sender.offer(exchange)
@@ -259,6 +264,25 @@ class TapPlugin:
 
 def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
+    """What a few lookups can tell of a call the mapping would send: a successful chat
+    completion with a call id, not the sidecar's own. While the tap is down such a call is
+    dropped unmapped (a stopped or hung sidecar then costs the gateway least); any other is
+    mapped, so that what would be skipped is still counted skipped, not dropped."""
+    slo = kwargs.get("standard_logging_object")
+    if not isinstance(slo, dict):
+        return False
+    call_type = slo.get("call_type")
+    if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES or slo.get("status", "success") != "success":
+        return False
+    params = _dict(kwargs.get("litellm_params"))
+    if not (kwargs.get("litellm_call_id") or params.get("litellm_call_id")):
+        return False
+    headers = _dict(_dict(params.get("proxy_server_request")).get("headers")) or _dict(
+        _dict(params.get("metadata")).get("headers"))
+    return not has_header(headers, (SHADOW_HEADER,))
 
 
 def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:

@@ -40,7 +40,7 @@ class Settings:
     batch_size: int = 100
     batch_bytes: int = 1 << 20
     tap_max_bytes: int = 4 << 20
-    flush_s: float = 0.2
+    flush_s: float = 1.0
     max_buffer: int = 5000
     buffer_bytes: int = 64 << 20
     stats_every_s: float = 5.0

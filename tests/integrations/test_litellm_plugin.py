@@ -493,6 +493,42 @@ async def test_a_tap_that_is_down_is_left_alone_for_a_back_off(
     await cb.aclose()
 
 
+async def test_while_the_tap_is_down_exchanges_are_dropped_unmapped_and_skips_stay_skips(
+    plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped or hung sidecar must cost the gateway least (issue 29): during the back-off
+    a plain chat call is dropped before the mapping runs; the sidecar's own calls and
+    embeddings are still mapped, and counted as the skips they are, not as drops."""
+    from sidecar.integrations import sender as sender_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(sender_module.time, "monotonic", lambda: clock[0])
+    tap = FlakyTap()
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap)
+    mapped: list[str] = []
+    exchange_from = cb.exchange_from
+
+    def counting(kwargs: dict[str, Any]) -> Any:
+        mapped.append(str(kwargs.get("litellm_call_id")))
+        return exchange_from(kwargs)
+
+    monkeypatch.setattr(cb, "exchange_from", counting)
+    await cb.async_log_success_event(small_kwargs(0), None, None, None)
+    assert cb.sender._flusher is not None
+    await cb.sender._flusher
+    assert tap.attempts == 1 and cb.sender.down_reason() == "unreachable" and mapped == ["small-0"]
+    for i in range(1, 21):
+        await cb.async_log_success_event(small_kwargs(i), None, None, None)
+    shadow, embedding = kwargs_of("shadow_header"), kwargs_of("embedding_failure")
+    await cb.async_log_success_event(shadow, None, None, None)
+    await cb.async_log_success_event(embedding, None, None, None)
+    assert mapped == ["small-0", str(shadow.get("litellm_call_id")), str(embedding.get("litellm_call_id"))]
+    stats = cb.stats()
+    assert stats["dropped_unreachable"] == 21 and stats["skipped_shadow_call"] == 1 and stats["queued"] == 1
+    assert sum(v for k, v in stats.items() if k.startswith("skipped_")) == 2
+    await cb.aclose()
+
+
 # -- item 6: drops as metrics ----------------------------------------------------------------
 
 
