@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import threading
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
@@ -40,6 +41,10 @@ STATUS_EVERY_S = 0.02
 
 
 def main(ctl: Connection, claims: Connection, config: Config, hooks: Sequence[FinishHook], level: int) -> None:
+    # A terminal's Ctrl-C reaches the whole foreground group, this process too: the sidecar's
+    # process stops this one in order over the control pipe (its end closing ends it too), so a
+    # SIGINT here is ignored rather than raised mid-case as a KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s[engine]: %(message)s")
     asyncio.run(_Child(ctl, claims, config, tuple(hooks)).run())
 

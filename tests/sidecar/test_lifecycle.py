@@ -43,9 +43,10 @@ FINISHED_BY_WORKER = ("judged", "judge_failed", "candidate_failed", "cap_reached
 class ServerProcess:
     """``shadowtrial serve`` as a child process; stderr (the log) goes to a file."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, *, own_group: bool = False) -> None:
         self.config = config
         self.log = log
+        self.own_group = own_group  # a process group of its own, as a terminal's foreground job
         self.proc: asyncio.subprocess.Process | None = None
         self.tap_url = ""
         self.admin_url = ""
@@ -56,6 +57,7 @@ class ServerProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "sidecar.cli.main", "serve", "--config", str(self.config),
                 cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err,
+                start_new_session=self.own_group,
             )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -443,6 +445,35 @@ async def test_sigkill_with_a_retention_off_team_counts_its_queued_cases_without
 
 
 # -- 2. SIGTERM drains ---------------------------------------------------------------------
+
+
+async def test_a_terminals_ctrl_c_stops_serve_and_its_engine_process_without_a_traceback(
+    tmp_path: Path, fake_and_servers: tuple[FakeProvider, list[ServerProcess]]
+) -> None:
+    """Issue 28: Ctrl-C on a terminal sends SIGINT to the whole foreground group, the engine's
+    process too. The sidecar stops it in order; the engine prints no KeyboardInterrupt."""
+    fake, servers = fake_and_servers
+    fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(300.0, 400.0))  # in flight at the Ctrl-C
+    config = write_config(tmp_path, fake.base_url, isolation="process")
+    server = ServerProcess(config, tmp_path / "sidecar-group.log", own_group=True)
+    servers.append(server)
+    await server.start()
+    client = Client(server)
+    try:
+        trial_id = await client.create_trial()
+        assert (await client.send([exchange(i) for i in range(5)]))["sampled"] == 5
+        await wait_in_flight(client, trial_id, judged_too=False)
+    finally:
+        await client.aclose()
+    assert server.proc is not None
+    engines = child_pids(server.proc.pid)
+    assert engines, "the engine runs in a process of its own"
+    os.killpg(server.proc.pid, signal.SIGINT)
+    assert await server.wait(15.0) == 0, server.log_text()
+    log = server.log_text()
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+
+
 
 
 async def test_sigterm_drains_in_flight_cases_and_exits_zero(
