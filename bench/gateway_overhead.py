@@ -276,6 +276,7 @@ async def create_trial(admin: str, rate: float) -> str:
         r = await c.post(f"{admin}/v1/trials", json={
             "team": TEAM, "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE,
             "spend_cap_usd": 1000.0, "sample_rate": rate, "audit_share": 0.0,
+            "on_decision": "continue",  # keep judging past the decision: the load stays what it measures
         })
         r.raise_for_status()
         return str(r.json()["id"])

@@ -110,7 +110,8 @@ def team_of(rate: float) -> str:
 
 async def create_trial(admin: str, rate: float) -> str:
     body = {"team": team_of(rate), "incumbent_model": benchtap.INCUMBENT, "candidate_model": benchtap.CANDIDATE,
-            "spend_cap_usd": 1000.0, "sample_rate": rate}
+            "spend_cap_usd": 1000.0, "sample_rate": rate,
+            "on_decision": "continue"}  # keep judging past the decision: the load stays what it measures
     async with aiohttp.ClientSession() as session, session.post(admin + "/v1/trials", json=body) as resp:
         if resp.status != 201:
             raise SystemExit(f"trial creation failed: {resp.status} {await resp.text()}")
