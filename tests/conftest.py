@@ -58,8 +58,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         info = getattr(item, "_fixtureinfo", None)
         if info is None:
             continue
-        for name, defs in info.name2fixturedefs.items():
-            if name in SHARED_FIXTURES:
-                item.add_marker(pytest.mark.xdist_group(SHARED_FIXTURES[name]))
-            elif defs and defs[-1].scope == "module":
-                item.add_marker(pytest.mark.xdist_group(f"module:{item.path.relative_to(config.rootpath)}"))
+        fixtures = info.name2fixturedefs
+        group = next((SHARED_FIXTURES[name] for name in fixtures if name in SHARED_FIXTURES), None)
+        if group is None and any(defs and defs[-1].scope == "module" for defs in fixtures.values()):
+            group = f"module:{item.path.relative_to(config.rootpath)}"
+        if group is not None:  # one group per test: two marks would make a third group of their own
+            item.add_marker(pytest.mark.xdist_group(group))
