@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/shadowtrial demo
 
+# The suite runs in pytest-xdist workers (tests/conftest.py says which tests share one worker):
+# most tests wait on loopback servers, child processes and timers, so more workers than
+# cores pay off. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
 test: typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy

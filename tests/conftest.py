@@ -4,6 +4,14 @@ Tests that need PostgreSQL take ``pg_server`` (a :class:`tests.pg.PostgresServer
 and a fresh database from it. Without the server binaries they skip, naming the
 package to install — unless ``SHADOWTRIAL_REQUIRE_POSTGRES=1`` (set by ``.ci/run``),
 where a missing PostgreSQL fails them instead.
+
+``make test`` runs the suite in pytest-xdist workers (``--dist loadgroup``). A session is
+then one per worker: each worker starts its own PostgreSQL (own directory, own free port)
+and its own Chromium. Fixtures that are costly to build and shared by many tests — a
+module-scoped one, or a session-scoped one named in :data:`SHARED_FIXTURES` (three LiteLLM
+proxies) — would be built once per worker that runs one of their tests; so every test that
+takes one is put in one ``xdist_group`` (:func:`pytest_collection_modifyitems`), and the
+fixture is built once, as in a run without workers.
 """
 
 from __future__ import annotations
@@ -24,3 +32,35 @@ def pg_server() -> Iterator[PostgresServer]:
         pytest.skip(INSTALL_HINT)
     with postgres_server() as server:
         yield server
+
+
+#: Session-scoped fixtures too costly to build in every worker: fixture name -> xdist group.
+SHARED_FIXTURES = {"gateway": "litellm-gateway"}
+
+#: Tests of tens of seconds each (node id prefixes). In workers they are handed out first, so
+#: that none starts last and runs alone while the other workers sit idle. A stale entry costs
+#: nothing but order; a run without workers keeps the file order.
+HEAVY = (
+    "tests/bench/",
+    "tests/fuzz/",
+    "tests/sidecar/engine/test_spend.py::test_cap_holds_under_200_concurrent_cases",
+    "tests/sidecar/services/test_replay.py::test_a_replay_over_2000",
+    "tests/sidecar/services/test_watches.py::test_quality_held_steady_over_2000",
+    "tests/policies/test_betting.py::test_null_trials",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike
+        items.sort(key=lambda item: not item.nodeid.startswith(HEAVY))
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        fixtures = info.name2fixturedefs
+        group = next((SHARED_FIXTURES[name] for name in fixtures if name in SHARED_FIXTURES), None)
+        if group is None and any(defs and defs[-1].scope == "module" for defs in fixtures.values()):
+            group = f"module:{item.path.relative_to(config.rootpath)}"
+        if group is not None:  # one group per test: two marks would make a third group of their own
+            item.add_marker(pytest.mark.xdist_group(group))

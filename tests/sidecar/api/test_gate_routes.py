@@ -167,7 +167,8 @@ async def test_flagger_confirm_promotion_held_then_promoted_once_and_rollback_af
         promoter = h.token(subject="flagger", roles=("developer",), teams=("team-a",))
         reader = h.token(subject="flagger-ro", roles=("viewer",), teams=("team-a",))
         meta = {"trial": trial, "token": promoter, "sample_rate": "1"}  # every served exchange: a quick alert
-        async with httpx.AsyncClient() as client:
+        # The harness's bound on one admin call (httpx's 5 s default is short of a promotion in a busy worker).
+        async with httpx.AsyncClient(timeout=30.0) as client:
             # No token: 401 in the error shape; a reader may not promote.
             assert await flagger.call(client, "confirm-promotion", {"trial": trial, "token": ""}) == 401
             assert await flagger.call(client, "confirm-promotion", {"trial": trial, "token": reader}) == 403
@@ -211,7 +212,7 @@ async def test_flagger_pre_rollout_and_rollout_advance_until_the_trial_is_reject
         reader = h.token(subject="flagger-ro", roles=("viewer",), teams=("team-a",))
         other = h.token(subject="flagger-ro", roles=("viewer",), teams=("team-b",))
         meta = {"trial": trial, "token": reader}
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(timeout=30.0) as client:
             for hook in ("pre-rollout", "rollout"):
                 assert await flagger.call(client, hook, {"trial": trial, "token": ""}) == 401
                 assert await flagger.call(client, hook, {"trial": trial, "token": other}) == 404
