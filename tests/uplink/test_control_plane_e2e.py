@@ -293,3 +293,25 @@ async def test_a_dataset_is_seeded_from_the_traffic_the_control_plane_holds(tmp_
             await wait_for(paused, what="the pause at the collector")
             again = await c.http.post("/v1/datasets/seed", json={"team": "team-a", "name": "after-pause"})
     assert again.status_code == 400 and again.json()["error"]["code"] == "invalid_dataset", again.text
+
+
+async def test_a_control_plane_trial_is_read_by_its_segments_at_the_collector(tmp_path: Path, kit: UplinkKit) -> None:
+    """Issue 27 at the control plane: the trial's segments travel in its spec and the exchange's
+    tags with the exchange, so the collector's cases carry segment keys and its view of the trial
+    has the same per-segment block a sidecar's does."""
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url)) as h:
+            await _cut_over(h, True)
+            t = await h.create_trial(audit_share=0.0, segments=["tag:tier", "route"], segment_cap=4)
+            tid = t["id"]
+            batch = [exchange(i, tags={"tier": "reasoning" if i % 3 == 2 else "fast"}) for i in range(9)]
+            assert (await h.send(batch))["sampled"] == 9
+            await _judged_at_collector(c, tid, 9)
+            view = await c.trial(tid)
+            assert view is not None and view["segments"] is not None, view
+            seg = view["segments"]
+            assert seg["by"] == ["tag:tier", "route"] and seg["cap"] == 4
+            judged = {v["key"]: v["judged"] for v in seg["values"]}
+            assert judged == {"tag:tier=fast": 6, "tag:tier=reasoning": 3, "route=(unset)": 9}, judged
+            assert h.fake.calls[CANDIDATE] == 0
