@@ -178,6 +178,8 @@ class ExchangeRecord(_Record, frozen=True, tag="exchange"):
     served_at: str | None = None
     latency_ms: float | None = None
     route: str | None = None
+    #: The gateway's tags of the exchange (issue 27), for the trial's ``tag:NAME`` segments.
+    tags: dict[str, str] = {}
 
 
 class TrialSpec(_Record, frozen=True, tag="trial_spec"):
@@ -227,6 +229,12 @@ class TrialSpec(_Record, frozen=True, tag="trial_spec"):
     #: was written by a sidecar from before the setting, whose trials ran to ``expected_cases``:
     #: read as ``continue``, as the sidecar's own store reads such a trial's row.
     on_decision: str | None = None
+    #: The segments the trial is read by (issue 27: ``route``, ``tag:tier``, …; names, never
+    #: content), how many values it tracks, and its per-segment minimum. A spec without them
+    #: (from a sidecar before issue 27) reads as a trial read by no segment.
+    segments: list[str] = []
+    segment_cap: int = 16
+    segment_min_cases: int | None = None
 
 
 class PostureRecord(_Record, frozen=True, tag="posture"):

@@ -154,7 +154,10 @@ def openapi_document() -> dict[str, Any]:
                 },
                 "get": {
                     "summary": "List trials",
-                    "description": "Any other query parameter, or one given twice, is 400 naming it.",
+                    "description": "Any other query parameter, or one given twice, is 400 naming it. Each item "
+                                   "has segments_rejected (the rejected segment keys, [] when none) and "
+                                   "segments_summary (e.g. 'Adoptable overall; Rejected on tag:tier=reasoning'; "
+                                   "null for a trial read by no segment), as /v1/live and /v1/results items do.",
                     "parameters": [
                         {"name": "status", "in": "query", "schema": {"type": "string", "enum": list(STATUSES)}},
                         {"name": "team", "in": "query", "schema": team_schema},

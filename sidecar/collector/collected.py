@@ -26,6 +26,7 @@ from policies.wording import traffic_wording
 from sidecar.services.views import spend_view
 from sidecar.collector.control_plane import ControlPlane
 from sidecar.trials.fold import fold_trial
+from sidecar.trials.segments import evaluate_segments, segments_of, segments_view
 from sidecar.collector.store.base import ControlPlaneStore
 from sidecar.trials.spec import record_of
 from uplink.collector_store import Held
@@ -145,6 +146,11 @@ class CollectedRecords:
         r = snap.record
         folded = await fold_trial(self.store, r, snap.score_counts, snap.judgments)
         ev = folded.evaluation
+        wording = traffic_wording(ev.verdict, ended=r.status != "running", promoted=False)
+        segments = None
+        if segments_of(r):  # issue 27: the same per-segment verdicts a sidecar's view gives
+            results = evaluate_segments(r, await self.store.tracked_segments(r.id), await self.store.segment_cases(r.id))
+            segments = segments_view(r, results, wording)
         return {
             "team": r.team,
             "status": r.status,
@@ -153,7 +159,7 @@ class CollectedRecords:
             "judge_version_id": r.judge_version_id,
             "funnel": dict(snap.funnel),
             "spend": spend_view(r),
-            "verdict": {"code": ev.verdict, "wording": traffic_wording(ev.verdict, ended=r.status != "running",
-                                                                       promoted=False), "cases": ev.n},
+            "verdict": {"code": ev.verdict, "wording": wording, "cases": ev.n},
+            "segments": segments,
             "run_here": self.control_plane is not None,
         }

@@ -90,7 +90,7 @@ def claim_of(body: bytes) -> Claim:
     return Claim(rec.trial_id, Exchange(
         exchange_id=rec.exchange_id, team=rec.team, model=rec.model,
         request=msgspec.convert(rec.request, ExchangeRequest), response=msgspec.convert(rec.response, ExchangeResponse),
-        gateway=rec.gateway, route=rec.route, served_at=rec.served_at, latency_ms=rec.latency_ms,
+        gateway=rec.gateway, route=rec.route, served_at=rec.served_at, latency_ms=rec.latency_ms, tags=rec.tags,
     ))
 
 

@@ -80,6 +80,13 @@ class FakeModel:
     also calls that tool (the first one for ``"required"``) with
     ``tool_arguments``.
 
+    ``quality_when`` scripts quality per request: when the request's last user
+    message contains one of its keys (the first in the mapping's order that
+    matches), that key's quality is planted instead of ``quality`` (still with
+    ``quality_noise``). ``FakeModel(quality=0.9, quality_when={"reasoning": 0.1})``
+    is a model that is good on everything but prompts mentioning ``reasoning``:
+    a planted regression in one segment of the traffic.
+
     Judge knobs (``judge=True``): a tie below ``tie_margin`` of quality gap, a
     strong preference (``>>``) at ``strong_margin`` or more; ``rate_no_label``
     (a reply without a label), replaced by ``rate_no_label_retry`` when the
@@ -115,8 +122,12 @@ class FakeModel:
     #: Give every chat-completions answer (streamed or not) this id instead of a per-call
     #: one: a provider whose ids repeat (as they do after an upstream restart).
     response_id: str | None = None
+    #: Quality by prompt: the first key found in the last user message plants its value (see above).
+    quality_when: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if any(not 0.0 <= q <= 1.0 for q in self.quality_when.values()):
+            raise ValueError("FakeModel quality_when qualities must lie in [0, 1]")
         rates = self._fault_rates()
         judge_rates = (self.rate_no_label, self.rate_no_label_retry, self.rate_conflicting_labels, self.position_bias)
         if any(not 0.0 <= r <= 1.0 for r in (*rates.values(), *judge_rates)):
@@ -208,9 +219,23 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
     return f"{why} Verdict: [[{label}]]"
 
 
-def generation_text(model: str, spec: FakeModel, rng: random.Random) -> str:
+def planted_quality(spec: FakeModel, messages: list[dict[str, Any]]) -> float:
+    """The quality ``spec`` plants for a request of ``messages``: ``quality``, unless the last
+    user message contains a key of ``quality_when`` (the first that matches wins)."""
+    if spec.quality_when:
+        last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+        text = _text_of(last_user.get("content")) if last_user is not None else ""
+        for key, quality in spec.quality_when.items():
+            if key in text:
+                return quality
+    return spec.quality
+
+
+def generation_text(
+    model: str, spec: FakeModel, rng: random.Random, messages: list[dict[str, Any]] | None = None
+) -> str:
     """A generation answer of ``model``: its planted quality marker, then filler words."""
-    q = min(1.0, max(0.0, rng.gauss(spec.quality, spec.quality_noise)))
+    q = min(1.0, max(0.0, rng.gauss(planted_quality(spec, messages or []), spec.quality_noise)))
     n = rng.randint(*spec.filler_words)
     filler = " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
     return f"Answer from {model} {marker(q)} {filler}".rstrip()
@@ -247,7 +272,7 @@ def make_answer(
     prompt_bytes: int,
 ) -> _Answer:
     """Text, tool call and usage for one successful call; truncated to ``max_tokens``."""
-    text = judge_reply(spec, rng, messages, forced) if spec.judge else generation_text(model, spec, rng)
+    text = judge_reply(spec, rng, messages, forced) if spec.judge else generation_text(model, spec, rng, messages)
     tool_name = _requested_tool(params)
     tool = (tool_name, dict(spec.tool_arguments)) if tool_name else None
     size = len(text.encode()) + (len(json.dumps(tool[1])) + len(tool[0]) if tool else 0)

@@ -63,7 +63,7 @@ def exchange_record(claim: Claim) -> ExchangeRecord:
         id=f"exchange:{claim.trial_id}:{ex.exchange_id}", trial_id=claim.trial_id, team=ex.team,
         exchange_id=ex.exchange_id, gateway=ex.gateway, model=ex.model,
         request=msgspec.to_builtins(ex.request), response=msgspec.to_builtins(ex.response),
-        served_at=ex.served_at, latency_ms=ex.latency_ms, route=ex.route,
+        served_at=ex.served_at, latency_ms=ex.latency_ms, route=ex.route, tags=dict(ex.tags),
     )
 
 

@@ -17,7 +17,14 @@ from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
 from sidecar.trials.fold import fold_trial
-from sidecar.trials.segments import SegmentResult, evaluate_segments, segments_of, segments_view
+from sidecar.trials.segments import (
+    SegmentResult,
+    evaluate_segments,
+    rejected_keys,
+    segments_of,
+    segments_view,
+    summary_words,
+)
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.services.context import ViewContext
 
@@ -206,21 +213,35 @@ async def segment_block(ctx: ViewContext, r: TrialRecord, overall_word: str) -> 
     return segments_view(r, await segment_results(ctx, r), overall_word)
 
 
+async def segment_list_fields(ctx: ViewContext, r: TrialRecord, overall_word: str) -> dict[str, Any]:
+    """What a list row says of a trial's segments (issue 27): ``segments_rejected`` (the rejected
+    segment keys, [] when none or when read by no segment) and ``segments_summary`` ("Adoptable
+    overall; Rejected on tag:tier=reasoning"; None when read by no segment)."""
+    if not segments_of(r):
+        return {"segments_rejected": [], "segments_summary": None}
+    rejected = rejected_keys(await segment_results(ctx, r))
+    return {"segments_rejected": rejected, "segments_summary": summary_words(overall_word, rejected)}
+
+
 async def list_item(ctx: ViewContext, r: TrialRecord) -> dict[str, Any]:
-    """A trial as ``GET /v1/trials`` lists it: the summary, a short verdict, the spend."""
+    """A trial as ``GET /v1/trials`` lists it: the summary, a short verdict, the spend, the
+    rejected segments (:func:`segment_list_fields`)."""
     ev = await evaluation(ctx, r)
     item = summary(r)
     item["verdict"] = {"code": ev.verdict, "wording": verdict_view(r, ev)["wording"], "cases": ev.n}
     item["spend"] = spend_view(r)
+    item.update(await segment_list_fields(ctx, r, item["verdict"]["wording"]))
     return item
 
 
 async def live_item(ctx: ViewContext, r: TrialRecord) -> dict[str, Any]:
-    """A running trial as ``GET /v1/live`` shows it: the summary, the whole verdict, the spend."""
+    """A running trial as ``GET /v1/live`` shows it: the summary, the whole verdict, the spend,
+    the rejected segments (:func:`segment_list_fields`)."""
     ev = await evaluation(ctx, r)
     item = summary(r)
     item["verdict"] = verdict_view(r, ev)
     item["spend"] = spend_view(r)
+    item.update(await segment_list_fields(ctx, r, item["verdict"]["wording"]))
     return item
 
 

@@ -67,10 +67,13 @@ async def favour_of(store: ReadModel, record: TrialRecord) -> Favour | None:
 
 
 async def favours(store: ReadModel, records: Sequence[TrialRecord]) -> dict[str, Favour]:
-    """:func:`favour_of` for each running trial that sets a minimum."""
+    """:func:`favour_of` for each running trial that sets a minimum. Not for a trial run at the
+    control plane: its cases are judged (and its values tracked) at the collector, so here no
+    value would ever reach its minimum and every exchange would be favoured; its sample rate
+    alone decides."""
     out: dict[str, Favour] = {}
     for r in records:
-        if r.status == "running" and r.segment_min_cases is not None:
+        if r.status == "running" and r.segment_min_cases is not None and r.execution_site != "control_plane":
             f = await favour_of(store, r)
             if f is not None:
                 out[r.id] = f

@@ -20,10 +20,12 @@ operator or the posture wrote.
 
 from __future__ import annotations
 
+import json
 from typing import Mapping, Sequence
 
 from sidecar.store.base import Store
 from sidecar.store.records import OutboxRecord, TrialRecord
+from sidecar.trials.segments import segments_of
 from uplink.schema import TrialSpec, encode_record
 
 TOPIC = "trial_spec"
@@ -74,6 +76,9 @@ def trial_spec(
         gateway=record.gateway,
         started_by=record.started_by if started_by is None else started_by,
         on_decision=record.on_decision,
+        segments=list(segments_of(record)),
+        segment_cap=record.segment_cap,
+        segment_min_cases=record.segment_min_cases,
     )
 
 
@@ -118,6 +123,9 @@ def record_of(spec: TrialSpec) -> TrialRecord:
         status=spec.status if spec.status in _STATUSES else "stopped",  # type: ignore[arg-type]
         status_reason=spec.status_reason, started_by=spec.started_by,
         on_decision=on_decision_of(spec),
+        segments=json.dumps(list(spec.segments)),
+        segment_cap=spec.segment_cap,
+        segment_min_cases=spec.segment_min_cases,
     )
 
 

@@ -1,5 +1,5 @@
 """The trial page's per-segment verdicts (issue 27), in a real headless Chromium: a trial
-Adoptable overall but Rejected on one tier says so, draws a bar per segment value with the
+Adoptable overall but Rejected on one tier says so in the Results, Trials and Live rows and on its page, draws a bar per segment value with the
 rejected one highlighted, and its Promote form asks for the rejected segment to be
 acknowledged before it promotes; the watch then shows the acknowledgement."""
 
@@ -32,6 +32,13 @@ async def test_a_segment_rejected_is_shown_and_must_be_acknowledged_to_promote(t
         try:
             page = await pages.page()
             await sign_in(page, h.token(subject="dev", roles=["tenant_admin"], teams=["team-a"]))
+            # Every list row of the trial names its rejected segment beside the verdict.
+            flag = "overall; Rejected on tag:tier=reasoning"
+            for path, table in (("/console/results", "#traffic"), ("/console/trials", "#trials"), ("/console/", "#running")):
+                await page.goto(path)
+                row = page.locator(f"{table} tr", has=page.locator(f"[data-segments-rejected={tid}]"))
+                await expect(row.locator(".verdict")).to_have_text("Adoptable")
+                await expect(row.locator(f"[data-segments-rejected={tid}]")).to_have_text(flag)
             await page.goto(f"/console/trials/{tid}?promote=1")
             await expect(page.locator("#segments-summary")).to_have_text(
                 "Adoptable overall; Rejected on tag:tier=reasoning")

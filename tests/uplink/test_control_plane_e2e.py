@@ -293,3 +293,52 @@ async def test_a_dataset_is_seeded_from_the_traffic_the_control_plane_holds(tmp_
             await wait_for(paused, what="the pause at the collector")
             again = await c.http.post("/v1/datasets/seed", json={"team": "team-a", "name": "after-pause"})
     assert again.status_code == 400 and again.json()["error"]["code"] == "invalid_dataset", again.text
+
+
+async def test_a_control_plane_trial_is_read_by_its_segments_at_the_collector(tmp_path: Path, kit: UplinkKit) -> None:
+    """Issue 27 at the control plane: the trial's segments travel in its spec and the exchange's
+    tags with the exchange, so the collector's cases carry segment keys and its view of the trial
+    has the same per-segment block a sidecar's does."""
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url)) as h:
+            await _cut_over(h, True)
+            t = await h.create_trial(audit_share=0.0, segments=["tag:tier", "route"], segment_cap=4)
+            tid = t["id"]
+            batch = [exchange(i, tags={"tier": "reasoning" if i % 3 == 2 else "fast"}) for i in range(9)]
+            assert (await h.send(batch))["sampled"] == 9
+            await _judged_at_collector(c, tid, 9)
+            view = await c.trial(tid)
+            assert view is not None and view["segments"] is not None, view
+            seg = view["segments"]
+            assert seg["by"] == ["tag:tier", "route"] and seg["cap"] == 4
+            judged = {v["key"]: v["judged"] for v in seg["values"]}
+            assert judged == {"tag:tier=fast": 6, "tag:tier=reasoning": 3, "route=(unset)": 9}, judged
+            assert h.fake.calls[CANDIDATE] == 0
+
+
+async def test_a_control_plane_trials_segment_minimum_does_not_sample_every_exchange(
+    tmp_path: Path, kit: UplinkKit,
+) -> None:
+    """``segment_min_cases`` favours a segment value until the sidecar has judged enough of it; a
+    control-plane trial's cases are judged at the collector, so the sidecar never would: it
+    favours nothing for such a trial (its sample rate alone decides), rather than every exchange."""
+    async with Collector(kit, tmp_path / "collector") as c:
+        (tmp_path / "sidecar").mkdir()
+        async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, c.url), refresh_seconds=0.2) as h:
+            await _cut_over(h, True)
+            t = await h.create_trial(audit_share=0.0, sample_rate=0.0, segments=["tag:tier"], segment_min_cases=2)
+            assert t["execution_site"] == "control_plane", t
+            local = await h.create_trial(team="team-b", audit_share=0.0, sample_rate=0.0, segments=["tag:tier"],
+                                         segment_min_cases=2)
+
+            async def refreshed() -> bool:  # the local trial's favour and the other's route: one reload
+                route = h.runtime.routing.current.get(local["id"])
+                return route is not None and route.favour is not None
+
+            await wait_for(refreshed, timeout=30, what="the routes read with their favours")
+            route = h.runtime.routing.current.get(t["id"])
+            assert route is not None
+            sent = await h.send([exchange(i, tags={"tier": "rare"}) for i in range(6)])
+            assert sent["sampled"] == 0, sent
+            assert route.favour is None

@@ -182,5 +182,5 @@ def test_a_trial_spec_carries_no_content() -> None:
     texts = {f.name for f in msgspec.structs.fields(TrialSpec) if "str" in repr(f.type)}
     assert texts <= {"id", "trial_id", "team", "status", "execution_site", "incumbent_model", "candidate_model",
                      "judge_model", "judge_version_id", "judge_version_name", "judge_spec_json", "status_reason",
-                     "route", "gateway", "started_by", "on_decision"}
+                     "route", "gateway", "started_by", "on_decision", "segments"}
     assert not any("Any" in repr(f.type) for f in msgspec.structs.fields(TrialSpec))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import httpx
+import msgspec
 import pytest
 import pytest_asyncio
 
@@ -17,7 +18,7 @@ from sidecar.collector.server import CollectorServer
 from sidecar.config import load_config
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, write_config
 from tests.uplink.kit import AUDIENCE, ISSUER, KID, UplinkKit
-from uplink.schema import AlertRecord, CaseResult, TrialState, encode_batch
+from uplink.schema import AlertRecord, CaseResult, Interval, SegmentState, TrialState, encode_batch
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -129,3 +130,24 @@ async def test_console_traffic_pages_show_every_gateway_in_one_navigation(
     assert results.status_code == 200
     traffic, corpus = results.text.split('id="corpus-evidence"')
     assert "tr_1" in traffic and "Adoptable" in traffic and "tr_1" not in corpus
+
+
+async def test_console_rows_and_trial_page_name_a_reported_trials_rejected_segments(
+        reported: tuple[CollectorServer, UplinkKit, AuthKit]) -> None:
+    """Issue 27: a trial a sidecar reports Adoptable overall but Rejected on a segment says so in
+    the control plane's Results and Trials rows and on its page."""
+    server, kit, auth = reported
+    segments = [SegmentState(key="tag:tier=fast", judged=30, decision="not_worse", interval=Interval(0.7, 0.95)),
+                SegmentState(key="tag:tier=reasoning", judged=10, decision="regression", interval=Interval(0.0, 0.2))]
+    tiered = msgspec.structs.replace(state("tr_3", 1, verdict="not_worse", cases=40), segments=segments,
+                                     segments_rejected=["tag:tier=reasoning"])
+    await deliver(kit, server.url, "gw-1/a", [tiered])
+    flag = 'data-segments-rejected="tr_3">overall; Rejected on tag:tier=reasoning</span>'
+    for path in ("/console/results", "/console/trials"):
+        page = await get(server, auth, path)
+        assert page.status_code == 200 and flag in page.text, path
+        assert 'data-segments-rejected="tr_1"' not in page.text, path  # a trial without segments: no flag
+    trial = await get(server, auth, "/console/trials/tr_3")
+    assert trial.status_code == 200
+    assert ('<dd id="trial-segments"><span class="segments-rejected">Rejected on tag:tier=reasoning</span> '
+            "(tag:tier=fast: Adoptable, 30 judged; tag:tier=reasoning: Rejected, 10 judged)</dd>") in trial.text

@@ -59,6 +59,34 @@ async def test_generation_answer_plants_quality_and_reports_usage() -> None:
     assert fp.requests[0].model == "cand" and fp.requests[0].body == body
 
 
+async def test_quality_when_plants_a_quality_by_the_last_user_message() -> None:
+    """``quality_when``: a key in the request's last user message plants its quality (the first
+    matching key in order); other requests, and keys in earlier turns, keep ``quality``."""
+    spec = FakeModel(quality=0.9, quality_noise=0.0, quality_when={"reasoning": 0.1, "reason": 0.3, "fast": 0.95})
+    models = {"cand": spec}
+    prompts: list[Any] = [
+        "tier reasoning: prove it",
+        "tier fast: say hi",
+        "nothing scripted",
+        [{"role": "user", "content": "reasoning earlier"}, {"role": "assistant", "content": "ok"},
+         {"role": "user", "content": "now plain"}],
+        [{"role": "user", "content": [{"type": "text", "text": "a reason in parts"}]}],
+    ]
+    got = []
+    async with FakeProvider(models, seed=1) as fp, httpx.AsyncClient() as client:
+        for prompt in prompts:
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+            r = await post(client, fp, {"model": "cand", "messages": messages})
+            assert r.status_code == 200, r.text
+            got.append(MARKER_RE.findall(r.json()["choices"][0]["message"]["content"]))
+        r = await client.post(f"{fp.root_url}/v1/messages", json={
+            "model": "cand", "max_tokens": 100, "messages": [{"role": "user", "content": "fast one"}]})
+        got.append(MARKER_RE.findall(r.json()["content"][0]["text"]))
+    assert got == [["0.100"], ["0.950"], ["0.900"], ["0.900"], ["0.300"], ["0.950"]]
+    with pytest.raises(ValueError, match="quality_when"):
+        FakeModel(quality_when={"x": 1.5})
+
+
 async def test_max_tokens_truncates_with_finish_reason_length() -> None:
     models = {"cand": FakeModel(filler_words=(50, 50))}
     async with FakeProvider(models) as fp, httpx.AsyncClient() as client:

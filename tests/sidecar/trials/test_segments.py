@@ -121,8 +121,17 @@ async def test_a_trial_adoptable_overall_says_it_is_rejected_on_its_bad_segment(
         assert await cli(["trials", "show", tid, "--json"], env) == 0
         assert json.loads(capsys.readouterr().out)["segments"]["rejected"] == ["tag:tier=reasoning"]
 
-        # Promotion needs the rejected segment acknowledged, through the API and through Flagger's gate.
+        # The lists say so too (issue 27): each row names the rejected segments.
         assert h.admin
+        listed = (await h.admin.get("/v1/trials")).json()["trials"]
+        live = (await h.admin.get("/v1/live")).json()["running_trials"]
+        results = (await h.admin.get("/v1/results")).json()["traffic"]
+        for where, items in (("trials", listed), ("live", live), ("results", results)):
+            item = next(t for t in items if t["id"] == tid)
+            assert item["segments_rejected"] == ["tag:tier=reasoning"], (where, item)
+            assert item["segments_summary"] == "Adoptable overall; Rejected on tag:tier=reasoning", (where, item)
+
+        # Promotion needs the rejected segment acknowledged, through the API and through Flagger's gate.
         assert h.fake.calls[INCUMBENT] == 0  # (after promotion the replaced model is the watch's sentinel)
         gate = (await h.admin.get(f"/v1/trials/{tid}/gate")).json()
         assert gate["adoptable"] is True and gate["segments_rejected"] == ["tag:tier=reasoning"]
@@ -153,6 +162,10 @@ async def test_a_trial_without_segments_shows_none(tmp_path: Path) -> None:
     async with Harness(tmp_path, models=models()) as h:
         trial = await h.create_trial()
         assert (await h.trial(trial["id"]))["segments"] is None
+        assert h.admin
+        for path, key in (("/v1/trials", "trials"), ("/v1/live", "running_trials"), ("/v1/results", "traffic")):
+            item = (await h.admin.get(path)).json()[key][0]
+            assert (item["segments_rejected"], item["segments_summary"]) == ([], None), (path, item)
 
 
 async def test_a_retention_off_teams_segments_hold_no_content(tmp_path: Path) -> None:
