@@ -101,6 +101,7 @@ async def sidecar_screens(browser: Any, demo: RunningDemo) -> None:
         await expect(page.locator("#compare-refused")).to_have_count(0)
         await page.get_by_label(INCUMBENT).check()
         await page.get_by_label(CANDIDATE).check()
+        await page.get_by_label("Incumbent (the model served today)").select_option(INCUMBENT)  # chosen, not clicked first
         await page.get_by_label("Prompt").fill("Explain the difference between a mutex and a semaphore.")
         await page.get_by_role("button", name="Compare").click()
         answered = page.locator("#answers [data-state=answered]")

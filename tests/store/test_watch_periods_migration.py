@@ -37,7 +37,8 @@ def _rows() -> list[tuple[str, dict[str, object]]]:
     day_row = dataclasses.asdict(day)
     for row in (source, day_row):
         row["prompt_retention"] = int(bool(row["prompt_retention"]))
-        del row["on_decision"]  # added by a later migration (issue 26)
+        for later in ("on_decision", "segments", "segment_cap", "segment_min_cases"):  # later migrations (issues 26, 27)
+            row.pop(later, None)
     return [("trials", source), ("trials", day_row), ("watches", watch), ("alerts", alert)]
 
 
