@@ -80,7 +80,6 @@ async def test_a_connection_the_tap_closed_while_idle_is_replaced_once() -> None
     async with server(tap) as (url, connections):
         conn = TapConnection(url, timeout_s=2.0)
         assert await conn.post(b"[]") == 202
-        await asyncio.sleep(0)
         assert await conn.post(b"[]") == 202
         await conn.aclose()
     assert len(connections) == 2
