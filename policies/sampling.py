@@ -82,17 +82,27 @@ def sampler(trial_id: str, rate: float) -> Callable[[str], bool]:
         return _never
     if rate == 1.0:
         return _always
-    prefix = hashlib.blake2b(_length_prefixed(trial_id), digest_size=8, key=HASH_KEY, person=HASH_PERSON)
-    limit = rate * float(1 << _MANTISSA_BITS)
-    shift = 64 - _MANTISSA_BITS
-    from_bytes = int.from_bytes
+    copy = hashlib.blake2b(_length_prefixed(trial_id), digest_size=8, key=HASH_KEY, person=HASH_PERSON).copy
+    # top < rate * 2**53 (top the digest's top 53 bits, an integer) iff top < ceil(rate * 2**53)
+    # iff digest < ceil(rate * 2**53) << 11 as 64-bit integers, which for two 8-byte big-endian
+    # strings is their order as bytes: no integer is built per exchange (issue 29). For a rate
+    # below 1 the bound is below 2**64 (the largest float below 1 gives 2**53 - 1).
+    bound = (math.ceil(rate * float(1 << _MANTISSA_BITS)) << (64 - _MANTISSA_BITS)).to_bytes(8, "big")
+    prefixes = _LENGTH_PREFIXES
 
     def sampled(exchange_id: str) -> bool:
-        h = prefix.copy()
-        h.update(_length_prefixed(exchange_id))
-        return (from_bytes(h.digest(), "big") >> shift) < limit
+        data = exchange_id.encode("utf-8")
+        h = copy()
+        size = len(data)
+        h.update((prefixes[size] if size < _SHORT else size.to_bytes(8, "big")) + data)
+        return h.digest() < bound
 
     return sampled
+
+
+#: The 8-byte length prefixes of ids shorter than ``_SHORT`` bytes, built once.
+_SHORT = 256
+_LENGTH_PREFIXES = tuple(n.to_bytes(8, "big") for n in range(_SHORT))
 
 
 def _never(_exchange_id: str) -> bool:

@@ -115,3 +115,14 @@ def test_sampler_decides_as_is_sampled(rate: float) -> None:
 def test_sampler_refuses_what_is_sampled_refuses(rate: object) -> None:
     with pytest.raises((ValueError, TypeError)):
         sampler("t", rate)  # type: ignore[arg-type]
+
+
+def test_sampler_compares_digests_exactly_at_the_edges() -> None:
+    # sampler() compares the digest with a byte bound (issue 29); it must agree with the
+    # point's own comparison at each point, just above it, for ids of every length (the
+    # length prefixes of short ids are precomputed) and for the largest rate below 1.
+    ids = ["", "é", "x" * 255, "x" * 256, "ü" * 200, "exchange-1"] + IDS[:200]
+    for exchange_id in ids:
+        point = sample_point("trial-1", exchange_id)
+        for rate in (point, math.nextafter(point, 1.0), math.nextafter(point, 0.0), math.nextafter(1.0, 0.0)):
+            assert sampler("trial-1", rate)(exchange_id) == (point < rate), (exchange_id, rate)
