@@ -113,19 +113,38 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     team: str | None = None
     model = gateway = ""
     path: str | None = None
-    if exchanges and not any(map(_REDACTED, exchanges)) and all(len(set(map(k, exchanges))) == 1 for k in _KEY):
+    exchanges_to_run = exchanges
+    if exchanges and _one_key(exchanges):
         # The common batch: one gateway, team, model and route, nothing redacted. When no
         # trial matches it, or every matching one samples at rate 0, it is decided whole, in
-        # C-level passes over the batch, with no Python step per exchange (issue 29).
+        # C-level passes over the batch, with no Python step per exchange; when one of them
+        # samples (favouring no segment), only its decision is taken per exchange (issue 29).
+        # What it decides, counts and hands over, in the same order, is what the loop below
+        # would (tests/sidecar/ingest/test_intake.py compares the two).
         matched = routes.match(exchanges[0])
-        if all(route.sample_rate == 0.0 and route.favour is None for route in matched):
+        sampling = [route for route in matched if route.sample_rate != 0.0 or route.favour is not None]
+        if len(sampling) <= 1 and all(route.favour is None for route in sampling):
             for route in matched:
-                not_sampled[route.trial_id] = len(exchanges)
-            exchanges_to_run: list[Exchange] = []
-        else:
-            exchanges_to_run = exchanges
-    else:
-        exchanges_to_run = exchanges
+                if route not in sampling:
+                    not_sampled[route.trial_id] = len(exchanges)
+            for route in sampling:
+                trial_id = route.trial_id
+                pick = sampler(trial_id, route.sample_rate)
+                picked = [ex for ex in exchanges if pick(ex.exchange_id)]
+                if len(picked) < len(exchanges):
+                    not_sampled[trial_id] = len(exchanges) - len(picked)
+                if not picked:
+                    continue
+                if route.decided:  # stopped on its decision: counted, never run (sidecar.trials.decided)
+                    counts[(trial_id, "after_decision")] += len(picked)
+                elif outbox_full:
+                    counts[(trial_id, "shed_outbox_full")] += len(picked)
+                    outbox_shed += len(picked)
+                else:
+                    claims[route.execution_site] = [Claim(trial_id, ex) for ex in picked]
+                    if not route.prompt_retention:
+                        content_free.add(trial_id)
+            exchanges_to_run = []
     for ex in exchanges_to_run:
         if ex.team != team or ex.model != model or ex.route != path or ex.gateway != gateway:
             if run:
@@ -199,6 +218,12 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
 #: An exchange's routing key (what :meth:`Routes.match` reads) and its redaction flag, read in C.
 _KEY = tuple(attrgetter(name) for name in ("team", "model", "route", "gateway"))
 _REDACTED = attrgetter("redacted")
+
+
+def _one_key(exchanges: list[Exchange]) -> bool:
+    """Whether the batch has one routing key and nothing redacted (C-level passes over it):
+    :func:`offer` may then decide it whole."""
+    return not any(map(_REDACTED, exchanges)) and all(len(set(map(k, exchanges))) == 1 for k in _KEY)
 
 
 def _write(parts: IntakeParts, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:

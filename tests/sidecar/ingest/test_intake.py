@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from types import SimpleNamespace
 
+import pytest
+
+from sidecar.ingest import intake
+from sidecar.ingest.claims import Claim
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.intake import offer
@@ -66,3 +70,65 @@ def test_a_one_key_batch_is_decided_whole_at_rate_zero_and_per_exchange_once_red
     assert (reply.accepted, reply.sampled) == (4, 0)
     nobody = offer(parts, Screened([_ex(i, "u", "m") for i in range(3)], Counter()))
     assert (nobody.accepted, nobody.sampled, parts.counters.exchanges_received) == (3, 0, 21)
+
+
+class _SpyJournal:
+    """Numbers claims as a journal would and keeps what each write was given."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[list[tuple[str, str, int]], set[str]]] = []
+        self.next = 0
+
+    def number(self, claims: list[Claim]) -> list[Claim]:
+        out = [Claim(c.trial_id, c.exchange, seq) for seq, c in enumerate(claims, start=self.next + 1)]
+        self.next += len(claims)
+        return out
+
+    def write(self, claims: list[Claim], content_free: set[str] = set()) -> None:
+        self.writes.append(([(c.trial_id, c.exchange.exchange_id, c.seq) for c in claims], set(content_free)))
+
+
+def _run_offer(routes: list[Route], batch: list[Exchange], *, sink_room: int, outbox_full: bool) -> tuple[object, ...]:
+    parts = _parts(*routes)
+    parts.sinks = {"local": Handoff(10_000)}
+    parts.sinks["local"].offer_many([None] * (10_000 - sink_room))  # type: ignore[list-item]
+    journal = _SpyJournal()
+    parts.journals = {"local": journal}
+    parts.outbox_full = outbox_full
+    reply = offer(parts, Screened(batch, Counter()))
+    queued = [(c.trial_id, c.exchange.exchange_id, c.seq) for c in parts.sinks["local"].drain_remaining() if c]
+    funnel = {r.trial_id: parts.funnel.pending(r.trial_id) for r in routes}
+    return reply, funnel, queued, journal.writes, parts.counters.cases_sampled, parts.counters.cases_shed
+
+
+@pytest.mark.parametrize("case", [
+    "one sampled", "sampled beside rate 0", "rate 1", "decided", "outbox full", "retention off",
+    "sink nearly full", "no sink at its site", "nobody matches", "two sampled",
+])
+def test_a_one_key_batch_decided_whole_counts_and_hands_over_as_the_per_exchange_loop(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 29: a batch of one routing key is decided whole; it must give what the loop gives
+    # on the same input: the reply, each trial's funnel counts, the claims queued (in order,
+    # numbered) and what the journal was given, retention-off trials included.
+    routes = {
+        "one sampled": [Route("s", "t", "m", None, None, 0.3, "local")],
+        "sampled beside rate 0": [Route("z", "t", "m", None, None, 0.0, "local"), Route("s", "t", "m", None, None, 0.5, "local")],
+        "rate 1": [Route("s", "t", "m", None, None, 1.0, "local")],
+        "decided": [Route("s", "t", "m", None, None, 0.5, "local", decided=True)],
+        "outbox full": [Route("s", "t", "m", None, None, 0.5, "local")],
+        "retention off": [Route("s", "t", "m", None, None, 0.5, "local", prompt_retention=False)],
+        "sink nearly full": [Route("s", "t", "m", None, None, 0.5, "local")],
+        "no sink at its site": [Route("s", "t", "m", None, None, 0.5, "elsewhere")],
+        "nobody matches": [Route("s", "u", "m", None, None, 0.5, "local")],
+        "two sampled": [Route("a", "t", "m", None, None, 0.5, "local"), Route("b", "t", "m", None, None, 0.2, "local")],
+    }[case]
+    batch = [_ex(i, "t", "m") for i in range(60)]
+    room = 7 if case == "sink nearly full" else 10_000
+    full = case == "outbox full"
+    whole = _run_offer(routes, batch, sink_room=room, outbox_full=full)
+    monkeypatch.setattr(intake, "_one_key", lambda exchanges: False)  # the per-exchange loop
+    loop = _run_offer(routes, batch, sink_room=room, outbox_full=full)
+    assert whole == loop
+    reply = whole[0]
+    assert reply.accepted == 60 and (case in ("nobody matches", "decided", "outbox full") or reply.sampled + reply.shed > 0)
