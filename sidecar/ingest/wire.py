@@ -4,6 +4,11 @@ Gateways are newer or older than the sidecar, so unknown fields are ignored
 (msgspec's default) and every field added later gets a default. Decoders are
 built once at import of this module (no I/O) and reused.
 
+The exchange's structs are not tracked by the garbage collector (``gc=False``): they
+hold decoded JSON (strings, numbers, lists and dicts of them), never a reference back to
+themselves, so they can be in no reference cycle; untracked, a batch's decoding makes the
+collector run less often and walk less (the typed decode costs about 15% less, issue 29).
+
 This module checks the *shape* (types, required fields, a non-empty
 ``exchange_id``, nesting the decoder can follow); the values the engine relies
 on are checked after decoding by :mod:`sidecar.ingest.screen`.
@@ -26,7 +31,7 @@ from sidecar.ingest.wording import product_words
 Tags = dict[str, str]
 
 
-class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     input_tokens: int | None = None
     output_tokens: int | None = None
     #: Cost computed by the gateway, in US dollars, when it has one.
@@ -42,19 +47,19 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
         return self.output_tokens if self.output_tokens is not None else self.completion_tokens
 
 
-class ExchangeRequest(msgspec.Struct, frozen=True):
+class ExchangeRequest(msgspec.Struct, frozen=True, gc=False):
     messages: list[dict[str, Any]]
     #: temperature, max_tokens, tools, tool_choice, top_p, stop, ... passed through.
     params: dict[str, Any] = {}
 
 
-class ExchangeResponse(msgspec.Struct, frozen=True):
+class ExchangeResponse(msgspec.Struct, frozen=True, gc=False):
     content: str | None = None
     finish_reason: str | None = None
     usage: Usage = Usage()
 
 
-class Exchange(msgspec.Struct, frozen=True):
+class Exchange(msgspec.Struct, frozen=True, gc=False):
     """One served exchange, as the gateway hands it over."""
 
     #: The gateway's request id: the identity of the case, so never empty.
