@@ -52,6 +52,8 @@ MAX_LATENCY_MS = 86_400_000.0
 FIGURES = ("cost_usd", "latency_ms", "input_tokens", "output_tokens")
 
 _TOKEN_PARAMS = ("max_tokens", "max_completion_tokens")
+#: What the JSON decoder builds for an object and an array, exactly (one set lookup per value).
+_CONTAINERS = frozenset({dict, list})
 # request (2) -> messages / params (3) -> a message / a parameter's value (4)
 _ITEM_LEVEL = 4
 
@@ -96,20 +98,20 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str]) -> 
                 (max_tokens is None or type(max_tokens) is int and 1 <= max_tokens <= MAX_TOKENS_PARAM)
                 and (max_completion is None or type(max_completion) is int and 1 <= max_completion <= MAX_TOKENS_PARAM)
             )
-            for value in params.values():
-                kind = type(value)
-                if kind is dict or kind is list:  # what the JSON decoder builds, exactly
-                    plain = False
-                    break
+            if plain:
+                for value in params.values():
+                    if type(value) in _CONTAINERS:
+                        plain = False
+                        break
         if plain:
             for message in request.messages:
                 for value in message.values():
-                    kind = type(value)
-                    if kind is dict or kind is list:
+                    if type(value) in _CONTAINERS:
                         plain = False
                         break
-                if not plain:
-                    break
+                else:
+                    continue
+                break
         if not plain:
             _check_request(ex, where(i))
         if ex.tags:
