@@ -46,7 +46,10 @@ class _Closed(Exception):
     """The server closed the connection before a byte of the answer."""
 
 
-def _head(status_line: bytes, lines: Sequence[bytes]) -> tuple[int, list[tuple[bytes, bytes]], dict[bytes, bytes], bool]:
+Head = tuple[int, list[tuple[bytes, bytes]], dict[bytes, bytes], bool]
+
+
+def _head(status_line: bytes, lines: Sequence[bytes]) -> Head:
     """The status, the header fields (as sent, and by lower-case name), and whether the connection stays open."""
     version, status, *_ = status_line.split(b" ", 2)
     raw = [(name.strip(), value.strip()) for name, _, value in (line.partition(b":") for line in lines if line.strip())]
