@@ -17,7 +17,9 @@ value, NaN and Infinity literals, strings of up to 256 KiB — counted by kind, 
 trial; and runs the examples twice: the second run's peak RSS stays within 10% of the first's.
 
 Deterministic (``derandomize=True``, no example database) and bounded: the examples are
-fixed in number, each one a single request.
+fixed in number, each one a single request, drawn once and sent in each run by a bare
+keep-alive client (:mod:`tests.fuzz.wire`; issue 29: drawing them twice and httpx's layers
+were most of the test's CPU).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from urllib.parse import quote, urlencode
 import httpx
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from sidecar.config import MAX_TOKENS
 from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes
 from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD, MIN_TOLERANCE, STATUSES, JudgeIn, TrialCreate
+from tests.fuzz.wire import AsyncClient
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
 
 #: Examples per run; the run is made twice (the same examples: derandomized).
@@ -332,36 +335,41 @@ def check(req: Req, r: httpx.Response, stats: Counter[str]) -> None:
         assert isinstance(err["field"], str) and (err["field"] in req.params or not req.params), (req, data)
 
 
-async def send(client: httpx.AsyncClient, req: Req) -> httpx.Response:
-    return await client.request(req.method, req.path, content=req.body, headers=req.headers)
+def generate(n: int) -> list[Req]:
+    """``n`` requests from hypothesis, derandomized (the same ones every run): drawn once, sent in
+    each run (drawing them again for the second run cost as much CPU as sending them)."""
+    out: list[Req] = []
+
+    @settings(
+        max_examples=n, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
+                               HealthCheck.filter_too_much],
+    )
+    @given(req=requests)
+    def collect(req: Req) -> None:
+        out.append(req)
+
+    collect()
+    return out
 
 
-def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    loop = asyncio.new_event_loop()
-    harness = Harness(tmp_path, extra='[models.unpriced-model]\nprovider = "local"\n')
-    loop.run_until_complete(harness.__aenter__())
+async def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    examples = await asyncio.to_thread(generate, EXAMPLES)
+    assert len(examples) == EXAMPLES
     stats: Counter[str] = Counter()
     peaks: list[int] = []
     rss: list[int] = [rss_bytes()]
-    try:
+    async with Harness(tmp_path, extra='[models.unpriced-model]\nprovider = "local"\n') as harness:
         assert harness.sidecar
-        client = httpx.AsyncClient(base_url=harness.sidecar.admin_url, timeout=30.0)
-
-        @settings(
-            max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
-                                   HealthCheck.filter_too_much],
-        )
-        @given(req=requests)
-        def one_request(req: Req) -> None:
-            stats["examples"] += 1
-            check(req, loop.run_until_complete(send(client, req)), stats)
-
+        # A bare keep-alive client (tests/fuzz/wire.py): httpx cost more CPU per request than the sidecar.
+        client = AsyncClient(harness.sidecar.admin_url, timeout=30.0)
         started = time.monotonic()
         try:
-            for _ in range(RUNS):  # the same examples each run (derandomized)
+            for _ in range(RUNS):  # the same examples each run
                 reset_peak()
-                one_request()
+                for req in examples:
+                    stats["examples"] += 1
+                    check(req, await client.request(req.method, req.path, content=req.body, headers=req.headers), stats)
                 peaks.append(peak_rss())
                 rss.append(rss_bytes())
         finally:
@@ -377,19 +385,13 @@ def test_admin_api_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
                       f"after each run {[round(x / 2**20, 1) for x in rss[1:]]}")
         assert stats["examples"] >= MIN_EXAMPLES
 
-        async def alive() -> None:
-            for path in ("/healthz", "/readyz", "/v1/live"):
-                r = await client.get(path)
-                assert r.status_code == 200, (path, r.text)
-
-        loop.run_until_complete(alive())
+        for path in ("/healthz", "/readyz", "/v1/live"):
+            r = await client.get(path)
+            assert r.status_code == 200, (path, r.text)
+        await client.aclose()
         assert harness.runtime.ready
         # Every kind of answer was exercised, refusals and creations alike.
         assert stats["created"] > 0 and stats["4xx"] > stats["created"], stats
         assert all(any(k.startswith(f"hostile:{kind}:") for k in stats) for kind in [*HOSTILE_KINDS, "bad_key"]), stats
         # Item 7: a second identical run does not raise the peak by more than 10%.
         assert peaks[1] <= peaks[0] * (1 + PEAK_GROWTH), mib
-        loop.run_until_complete(client.aclose())
-    finally:
-        loop.run_until_complete(harness.__aexit__(None, None, None))
-        loop.close()

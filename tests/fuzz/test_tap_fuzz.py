@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 
 from policies.sampling import is_sampled
 from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes
+from tests.fuzz.wire import Client
 from tests.harness import INCUMBENT, Harness
 
 #: Requests hypothesis generates, sent once per run; with 1 to 16 exchanges each, over
@@ -148,36 +149,46 @@ CONTENT = st.one_of(
 )
 
 
+#: The draws of :func:`exchanges`, built once: building a strategy inside the composite looks
+#: it up in hypothesis's strategy cache at every draw, a tenth of the generation's CPU (the
+#: same strategies, so the same examples).
+INPUT_TOKENS, OUTPUT_TOKENS, COIN, SHARE = st.integers(0, 5_000), st.integers(0, 2_000), st.booleans(), st.floats(0, 1)
+EXCHANGE_ID, SHORT_TEXT, ANSWER = st.text(min_size=1, max_size=10), st.text(max_size=6), st.text(max_size=80)
+ONE_IN_10, ONE_IN_20, ONE_IN_30 = st.integers(0, 9), st.integers(0, 19), st.integers(0, 29)
+MAX_TOKENS_, TEMPERATURE, LATENCY = st.integers(1, 4_096), st.floats(0, 2), st.floats(0, 60_000)
+WIDE_FIELD = st.sampled_from(WIDE_FIELDS)
+
+
 @st.composite
 def exchanges(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
     """A valid exchange, then (in a fifth of them) one or two mutations; returns (exchange, mutations)."""
-    usage: dict[str, Any] = {"input_tokens": draw(st.integers(0, 5_000)), "output_tokens": draw(st.integers(0, 2_000))}
-    if draw(st.booleans()):
-        usage["cost_usd"] = draw(st.floats(0, 1))
+    usage: dict[str, Any] = {"input_tokens": draw(INPUT_TOKENS), "output_tokens": draw(OUTPUT_TOKENS)}
+    if draw(COIN):
+        usage["cost_usd"] = draw(SHARE)
     ex: dict[str, Any] = {
-        "exchange_id": draw(st.text(min_size=1, max_size=10)),
-        "team": TEAM if draw(st.integers(0, 9)) else draw(st.text(max_size=6)),
+        "exchange_id": draw(EXCHANGE_ID),
+        "team": TEAM if draw(ONE_IN_10) else draw(SHORT_TEXT),
         "gateway": "gw-1",
-        "model": INCUMBENT if draw(st.integers(0, 9)) else "other-model",
-        "route": ROUTE if draw(st.booleans()) else None,
+        "model": INCUMBENT if draw(ONE_IN_10) else "other-model",
+        "route": ROUTE if draw(COIN) else None,
         "request": {
             "messages": [{"role": "user", "content": draw(CONTENT)}],
-            "params": {"max_tokens": draw(st.integers(1, 4_096)), "temperature": draw(st.floats(0, 2))},
+            "params": {"max_tokens": draw(MAX_TOKENS_), "temperature": draw(TEMPERATURE)},
         },
-        "response": {"content": draw(st.text(max_size=80)), "finish_reason": "stop", "usage": usage},
+        "response": {"content": draw(ANSWER), "finish_reason": "stop", "usage": usage},
         "served_at": "2026-11-30T00:00:00Z",
-        "latency_ms": draw(st.floats(0, 60_000)),
-        "redacted": draw(st.integers(0, 19)) == 0,
+        "latency_ms": draw(LATENCY),
+        "redacted": draw(ONE_IN_20) == 0,
     }
-    n = draw(st.integers(0, 19))
+    n = draw(ONE_IN_20)
     mutations: list[str] = []
     for _ in range(0 if n < 16 else 1 if n < 19 else 2):
         op, path, weird, depth, huge, wide, pick, huge_text = draw(MUTATION)
         if op == "wide":
-            path = draw(st.sampled_from(WIDE_FIELDS))
+            path = draw(WIDE_FIELD)
         value = {"set": weird, "deep": deep(depth), "huge": huge, "delete": None, "wide": wide,
                  "bad_text": bad(pick), "bad_key": weird, "huge_text": huge_text}[op]
-        if draw(st.integers(0, 29)) == 0:
+        if draw(ONE_IN_30) == 0:
             value, op = draw(NONFINITE), "nonfinite"  # the body stops being JSON
         _mutate(ex, path, op == "delete", value, bad(pick) if op == "bad_key" else None)
         mutations.append(op)
@@ -356,11 +367,12 @@ async def test_tap_fuzz(tmp_path: Path) -> None:
         tally = Tally()
 
         def send(batch: list[Request], run: int) -> None:
-            """On a thread with a blocking client, so the sidecar's loop is free to serve."""
-            with httpx.Client(base_url=h.sidecar.tap_url if h.sidecar else "", timeout=60.0) as client:
+            """On a thread with a blocking client, so the sidecar's loop is free to serve; a bare
+            keep-alive one (tests/fuzz/wire.py): httpx's layers cost more CPU than the tap's work."""
+            with Client(h.sidecar.tap_url if h.sidecar else "", timeout=60.0) as client:
                 for request in batch:
                     body, headers, bad_text = request.build(run)
-                    r = client.post("/v1/exchanges", content=body, headers=headers)
+                    r = client.post("/v1/exchanges", content=body, headers=list(headers.items()))
                     tally.requests += 1
                     tally.payloads += len(request.items)
                     tally.statuses[r.status_code] += 1

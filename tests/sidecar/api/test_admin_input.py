@@ -3,17 +3,23 @@ JSON shape naming the field, and every value accepted is inside its documented r
 
 Each case below answered 500 in plain text, or was accepted and silently changed (a cap of
 1e-300 dollars stored as 0 micro-dollars), before the ranges were declared.
+
+The cases share one sidecar (the ``admin`` fixture, one per module: starting one per case was
+most of this file's CPU, issue 29); a refusal is checked to have created no trial by the list
+before and after it. The one test that reads the whole list starts its own.
 """
 
 from __future__ import annotations
 
 import gzip
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 from aiohttp import web
 
 from sidecar.api.admin import admin_app
@@ -21,6 +27,23 @@ from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, load_config
 from sidecar.runtime import RUNTIME
 from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD
 from tests.harness import CANDIDATE, INCUMBENT, Harness
+
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def admin(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[httpx.AsyncClient]:
+    """The admin client of one sidecar shared by the module's cases."""
+    async with Harness(tmp_path_factory.mktemp("admin-input")) as h:
+        assert h.admin
+        yield h.admin
+
+
+async def trial_ids(admin: httpx.AsyncClient) -> list[str]:
+    r = await admin.get("/v1/trials")
+    assert r.status_code == 200, r.text
+    return [t["id"] for t in r.json()["trials"]]
 
 
 def body(**over: Any) -> dict[str, Any]:
@@ -70,51 +93,45 @@ def price(inp: float, out: float = 1.0) -> dict[str, float]:
     ],
 )
 async def test_values_outside_their_documented_range_are_refused_naming_the_field(
-    tmp_path: Path, over: dict[str, Any], field: str
+    admin: httpx.AsyncClient, over: dict[str, Any], field: str
 ) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.post("/v1/trials", json=body(**over))
-        err = error_of(r)
-        assert (r.status_code, err["code"], err["field"]) == (400, "invalid_request", field), err
-        assert (await h.admin.get("/v1/trials")).json()["trials"] == []
+    before = await trial_ids(admin)
+    r = await admin.post("/v1/trials", json=body(**over))
+    err = error_of(r)
+    assert (r.status_code, err["code"], err["field"]) == (400, "invalid_request", field), err
+    assert await trial_ids(admin) == before
 
 
-async def test_values_at_the_documented_bounds_are_accepted_as_sent(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.post("/v1/trials", json=body(
-            spend_cap_usd=MIN_CAP_USD, expected_cases=MAX_CASES, min_cases=MAX_CASES, max_tokens=MAX_TOKENS,
-            tolerance=0.001, judge={"max_tokens": MAX_TOKENS, "temperature": 2.0},
-            candidate_price=price(MAX_PRICE_PER_MTOK_USD, 0.000001), judge_price=price(0.0, 0.0),
-        ))
-        assert r.status_code == 201, r.text
-        t = r.json()
-        assert t["spend"]["cap_micros"] == 1  # one micro-dollar, not rounded away to nothing
-        assert t["verdict"]["tolerance"] == 0.001
-        r = await h.admin.post("/v1/trials", json=body(spend_cap_usd=MAX_CAP_USD))
-        assert r.status_code == 201, r.text
-        assert r.json()["spend"]["cap_micros"] == 1_000_000_000_000
+async def test_values_at_the_documented_bounds_are_accepted_as_sent(admin: httpx.AsyncClient) -> None:
+    r = await admin.post("/v1/trials", json=body(
+        spend_cap_usd=MIN_CAP_USD, expected_cases=MAX_CASES, min_cases=MAX_CASES, max_tokens=MAX_TOKENS,
+        tolerance=0.001, judge={"max_tokens": MAX_TOKENS, "temperature": 2.0},
+        candidate_price=price(MAX_PRICE_PER_MTOK_USD, 0.000001), judge_price=price(0.0, 0.0),
+    ))
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["spend"]["cap_micros"] == 1  # one micro-dollar, not rounded away to nothing
+    assert t["verdict"]["tolerance"] == 0.001
+    r = await admin.post("/v1/trials", json=body(spend_cap_usd=MAX_CAP_USD))
+    assert r.status_code == 201, r.text
+    assert r.json()["spend"]["cap_micros"] == 1_000_000_000_000
 
 
 @pytest.mark.parametrize(
     "value", ["clé".encode(), b"cl\xe9", b"tab\there", b"", b"k" * 256], ids=["utf8", "latin1", "control", "empty", "long"]
 )
-async def test_a_bad_idempotency_key_is_400_naming_the_header(tmp_path: Path, value: bytes) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.post("/v1/trials", json=body(), headers={"Idempotency-Key": value})
-        err = error_of(r)
-        assert (r.status_code, err["field"]) == (400, "Idempotency-Key"), err
-        assert (await h.admin.get("/v1/trials")).json()["trials"] == []
+async def test_a_bad_idempotency_key_is_400_naming_the_header(admin: httpx.AsyncClient, value: bytes) -> None:
+    before = await trial_ids(admin)
+    r = await admin.post("/v1/trials", json=body(), headers={"Idempotency-Key": value})
+    err = error_of(r)
+    assert (r.status_code, err["field"]) == (400, "Idempotency-Key"), err
+    assert await trial_ids(admin) == before
 
 
-async def test_two_idempotency_keys_are_400(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        headers = httpx.Headers([("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
-        r = await h.admin.post("/v1/trials", json=body(), headers=headers)
-        assert error_of(r)["field"] == "Idempotency-Key"
+async def test_two_idempotency_keys_are_400(admin: httpx.AsyncClient) -> None:
+    headers = httpx.Headers([("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+    r = await admin.post("/v1/trials", json=body(), headers=headers)
+    assert error_of(r)["field"] == "Idempotency-Key"
 
 
 @pytest.mark.parametrize(
@@ -129,40 +146,36 @@ async def test_two_idempotency_keys_are_400(tmp_path: Path) -> None:
     ],
     ids=["gzip-on-plain", "gzip", "deflate", "br", "zstd", "unknown"],
 )
-async def test_a_content_encoding_is_415_json_naming_the_header(tmp_path: Path, encoding: str, content: bytes) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.post("/v1/trials", content=content,
-                               headers={"Content-Encoding": encoding, "Content-Type": "application/json"})
-        err = error_of(r)
-        assert (r.status_code, err["code"], err["field"]) == (415, "unsupported_content_encoding", "Content-Encoding")
-        # An identity encoding is no encoding at all.
-        r = await h.admin.post("/v1/trials", json=body(), headers={"Content-Encoding": "identity"})
-        assert r.status_code == 201, r.text
+async def test_a_content_encoding_is_415_json_naming_the_header(
+    admin: httpx.AsyncClient, encoding: str, content: bytes
+) -> None:
+    r = await admin.post("/v1/trials", content=content,
+                         headers={"Content-Encoding": encoding, "Content-Type": "application/json"})
+    err = error_of(r)
+    assert (r.status_code, err["code"], err["field"]) == (415, "unsupported_content_encoding", "Content-Encoding")
+    # An identity encoding is no encoding at all.
+    r = await admin.post("/v1/trials", json=body(), headers={"Content-Encoding": "identity"})
+    assert r.status_code == 201, r.text
 
 
-async def test_an_expectation_other_than_100_continue_is_417_json(tmp_path: Path) -> None:
+async def test_an_expectation_other_than_100_continue_is_417_json(admin: httpx.AsyncClient) -> None:
     """aiohttp answers an unknown ``Expect`` in plain text before any middleware; found by the fuzz."""
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        for path in ("/v1/trials", "/v1/trials/tr_nope", "/nowhere"):
-            r = await h.admin.post(path, json=body(), headers={"Expect": "k-1"})
-            err = error_of(r)
-            assert (r.status_code, err["code"], err["field"]) == (417, "expectation_failed", "Expect"), (path, err)
-        r = await h.admin.post("/v1/trials", json=body(), headers={"Expect": "100-continue"})
-        assert r.status_code == 201, r.text
+    for path in ("/v1/trials", "/v1/trials/tr_nope", "/nowhere"):
+        r = await admin.post(path, json=body(), headers={"Expect": "k-1"})
+        err = error_of(r)
+        assert (r.status_code, err["code"], err["field"]) == (417, "expectation_failed", "Expect"), (path, err)
+    r = await admin.post("/v1/trials", json=body(), headers={"Expect": "100-continue"})
+    assert r.status_code == 201, r.text
 
 
-async def test_a_wrong_method_is_405_json_with_allow(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.post("/v1/live")
-        assert error_of(r)["code"] == "method_not_allowed" and r.status_code == 405
-        assert set(r.headers["Allow"].split(",")) == {"GET", "HEAD"}
-        r = await h.admin.delete("/v1/trials/tr_1")
-        assert r.status_code == 405 and set(r.headers["Allow"].split(",")) == {"GET", "HEAD"}
-        assert error_of(await h.admin.get("/v1/nowhere"))["code"] == "not_found"
-        assert (await h.admin.head("/healthz")).status_code == 200
+async def test_a_wrong_method_is_405_json_with_allow(admin: httpx.AsyncClient) -> None:
+    r = await admin.post("/v1/live")
+    assert error_of(r)["code"] == "method_not_allowed" and r.status_code == 405
+    assert set(r.headers["Allow"].split(",")) == {"GET", "HEAD"}
+    r = await admin.delete("/v1/trials/tr_1")
+    assert r.status_code == 405 and set(r.headers["Allow"].split(",")) == {"GET", "HEAD"}
+    assert error_of(await admin.get("/v1/nowhere"))["code"] == "not_found"
+    assert (await admin.head("/healthz")).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -176,12 +189,10 @@ async def test_a_wrong_method_is_405_json_with_allow(tmp_path: Path) -> None:
         ("staus=running", "staus"),
     ],
 )
-async def test_a_bad_list_filter_is_400_naming_the_parameter(tmp_path: Path, query: str, field: str) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.get(f"/v1/trials?{query}")
-        err = error_of(r)
-        assert (r.status_code, err["field"]) == (400, field), err
+async def test_a_bad_list_filter_is_400_naming_the_parameter(admin: httpx.AsyncClient, query: str, field: str) -> None:
+    r = await admin.get(f"/v1/trials?{query}")
+    err = error_of(r)
+    assert (r.status_code, err["field"]) == (400, field), err
 
 
 async def test_list_filters_by_status_and_team(tmp_path: Path) -> None:
@@ -202,19 +213,15 @@ async def test_list_filters_by_status_and_team(tmp_path: Path) -> None:
         assert ids(await h.admin.get("/v1/trials", params={"status": "cap_reached"})) == []
 
 
-async def test_a_path_that_walks_out_of_the_trial_is_a_404_for_that_id(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        r = await h.admin.get("/v1/trials/..%2F..%2Fv1%2Flive")
-        err = error_of(r)
-        assert (r.status_code, err["code"]) == (404, "not_found")
-        assert "../../v1/live" in err["message"]
+async def test_a_path_that_walks_out_of_the_trial_is_a_404_for_that_id(admin: httpx.AsyncClient) -> None:
+    r = await admin.get("/v1/trials/..%2F..%2Fv1%2Flive")
+    err = error_of(r)
+    assert (r.status_code, err["code"]) == (404, "not_found")
+    assert "../../v1/live" in err["message"]
 
 
-async def test_the_openapi_document_shows_the_ranges(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        assert h.admin
-        doc = (await h.admin.get("/openapi.json")).json()
+async def test_the_openapi_document_shows_the_ranges(admin: httpx.AsyncClient) -> None:
+    doc = (await admin.get("/openapi.json")).json()
     create = doc["components"]["schemas"]["TrialCreate"]["properties"]
     assert (create["spend_cap_usd"]["minimum"], create["spend_cap_usd"]["maximum"]) == (MIN_CAP_USD, MAX_CAP_USD)
     assert create["expected_cases"]["maximum"] == MAX_CASES
@@ -286,10 +293,9 @@ async def test_an_unexpected_error_is_a_500_in_the_json_shape() -> None:
         (b'{"team": "team-a", "incumbent_model": "m", "candidate_model": "c", "spend_cap_usd": 5,,}', "$"),
     ],
 )
-async def test_a_body_that_is_not_json_is_400_naming_where(tmp_path: Path, raw: bytes, field: str) -> None:
-    async with Harness(tmp_path) as h:
-        r = await h.admin.post("/v1/trials", content=raw, headers={"Content-Type": "application/json"})
-        err = error_of(r)
-        assert (r.status_code, err["code"]) == (400, "invalid_request"), err
-        assert err["field"] is not None and err["field"].startswith(field[:3]), err
-        assert err["field"] == field or field == "$", err
+async def test_a_body_that_is_not_json_is_400_naming_where(admin: httpx.AsyncClient, raw: bytes, field: str) -> None:
+    r = await admin.post("/v1/trials", content=raw, headers={"Content-Type": "application/json"})
+    err = error_of(r)
+    assert (r.status_code, err["code"]) == (400, "invalid_request"), err
+    assert err["field"] is not None and err["field"].startswith(field[:3]), err
+    assert err["field"] == field or field == "$", err

@@ -3,20 +3,37 @@
 Every refusal is the documented JSON shape naming the field; nothing refused
 reaches the engine; figures that would poison the paired view are excluded and
 counted. A real sidecar beside a real fake provider on loopback (``tests.harness``).
+
+The refusal cases that send nothing the tap accepts share one sidecar (the ``shared`` fixture,
+one per module: a sidecar per case was most of their CPU, issue 29); each creates its own
+trial and checks that the counters did not move rather than that they are zero. Cases that
+send accepted exchanges, or need their own settings, start their own.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from tests.harness import CANDIDATE, Harness, exchange
 from tests.sidecar.api.test_tap import NDJSON, error_of, ndjson, post
+
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
+    """One sidecar for the module's cases that only send what the tap refuses."""
+    async with Harness(tmp_path_factory.mktemp("tap-input")) as h:
+        yield h
 
 
 def nested(depth: int, leaf: str = '"x"') -> str:
@@ -45,29 +62,30 @@ async def metric_lines(h: Harness, name: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("value", ["abc", -5, 0, [5], {"n": 5}, 10**30, 1e300, 64.5, True, 2**31])
-async def test_an_unusable_max_tokens_refuses_the_batch_naming_the_field(tmp_path: Path, value: Any) -> None:
-    async with Harness(tmp_path) as h:
-        trial = await h.create_trial(sample_rate=1.0)
-        batch = [exchange(i) for i in range(3)]
-        bad = exchange(3)
-        bad["request"]["params"]["max_tokens"] = value
-        r = await post(h, json.dumps(batch + [bad]).encode())
-        assert r.status_code == 400, (value, r.text)
-        err = error_of(r)
-        assert err["code"] == "invalid_exchange"
-        assert err["field"] == "$[3].request.params.max_tokens"
-        assert "max_tokens" in err["message"]
-        # max_completion_tokens, the newer name, is held to the same rule; in NDJSON the line is named.
-        alt = exchange(4)
-        alt["request"]["params"] = {"max_completion_tokens": value}
-        r = await post(h, ndjson([exchange(5), alt]), NDJSON)
-        assert r.status_code == 400, (value, r.text)
-        assert error_of(r)["field"] == "line 2: $.request.params.max_completion_tokens"
-        # Nothing of a refused batch was counted or run.
-        view = await h.trial(trial["id"])
-        assert view["funnel"]["total"] == 0
-        assert h.runtime.counters["exchanges_received"] == 0
-        assert h.fake.calls[CANDIDATE] == 0
+async def test_an_unusable_max_tokens_refuses_the_batch_naming_the_field(shared: Harness, value: Any) -> None:
+    h = shared
+    received, called = h.runtime.counters["exchanges_received"], h.fake.calls[CANDIDATE]
+    trial = await h.create_trial(sample_rate=1.0)
+    batch = [exchange(i) for i in range(3)]
+    bad = exchange(3)
+    bad["request"]["params"]["max_tokens"] = value
+    r = await post(h, json.dumps(batch + [bad]).encode())
+    assert r.status_code == 400, (value, r.text)
+    err = error_of(r)
+    assert err["code"] == "invalid_exchange"
+    assert err["field"] == "$[3].request.params.max_tokens"
+    assert "max_tokens" in err["message"]
+    # max_completion_tokens, the newer name, is held to the same rule; in NDJSON the line is named.
+    alt = exchange(4)
+    alt["request"]["params"] = {"max_completion_tokens": value}
+    r = await post(h, ndjson([exchange(5), alt]), NDJSON)
+    assert r.status_code == 400, (value, r.text)
+    assert error_of(r)["field"] == "line 2: $.request.params.max_completion_tokens"
+    # Nothing of a refused batch was counted or run.
+    view = await h.trial(trial["id"])
+    assert view["funnel"]["total"] == 0
+    assert h.runtime.counters["exchanges_received"] == received
+    assert h.fake.calls[CANDIDATE] == called
 
 
 async def test_max_tokens_in_range_or_null_is_accepted(tmp_path: Path) -> None:
@@ -89,33 +107,34 @@ async def test_max_tokens_in_range_or_null_is_accepted(tmp_path: Path) -> None:
         assert view["status"] == "running"
 
 
-async def test_an_empty_exchange_id_is_refused(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        trial = await h.create_trial(sample_rate=1.0)
-        r = await post(h, json.dumps([exchange(0), exchange(1, exchange_id="")]).encode())
-        assert r.status_code == 400, r.text
-        err = error_of(r)
-        assert err["field"] == "$[1].exchange_id"
-        assert (await h.trial(trial["id"]))["funnel"]["total"] == 0
+async def test_an_empty_exchange_id_is_refused(shared: Harness) -> None:
+    h = shared
+    trial = await h.create_trial(sample_rate=1.0)
+    r = await post(h, json.dumps([exchange(0), exchange(1, exchange_id="")]).encode())
+    assert r.status_code == 400, r.text
+    err = error_of(r)
+    assert err["field"] == "$[1].exchange_id"
+    assert (await h.trial(trial["id"]))["funnel"]["total"] == 0
 
 
 # -- nesting -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("depth", [65, 980, 1_000, 5_000])
-async def test_deeply_nested_content_is_refused_not_run(tmp_path: Path, depth: int) -> None:
-    async with Harness(tmp_path) as h:
-        trial = await h.create_trial(sample_rate=1.0)
-        ex = exchange(1)
-        ex["request"]["messages"] = [{"role": "user", "content": "DEEP"}]
-        body = b"[" + json.dumps(exchange(0)).encode() + b"," + splice(ex, "DEEP", nested(depth)) + b"]"
-        r = await post(h, body)
-        assert r.status_code == 400, r.text[:300]
-        err = error_of(r)
-        assert err["code"] == "invalid_exchange"
-        assert err["field"] in ("$[1].request.messages[0]", "$"), err
-        assert (await h.trial(trial["id"]))["funnel"]["total"] == 0
-        assert h.fake.calls[CANDIDATE] == 0
+async def test_deeply_nested_content_is_refused_not_run(shared: Harness, depth: int) -> None:
+    h = shared
+    called = h.fake.calls[CANDIDATE]
+    trial = await h.create_trial(sample_rate=1.0)
+    ex = exchange(1)
+    ex["request"]["messages"] = [{"role": "user", "content": "DEEP"}]
+    body = b"[" + json.dumps(exchange(0)).encode() + b"," + splice(ex, "DEEP", nested(depth)) + b"]"
+    r = await post(h, body)
+    assert r.status_code == 400, r.text[:300]
+    err = error_of(r)
+    assert err["code"] == "invalid_exchange"
+    assert err["field"] in ("$[1].request.messages[0]", "$"), err
+    assert (await h.trial(trial["id"]))["funnel"]["total"] == 0
+    assert h.fake.calls[CANDIDATE] == called
 
 
 async def test_nesting_within_the_bound_is_accepted(tmp_path: Path) -> None:
@@ -134,13 +153,12 @@ async def test_nesting_within_the_bound_is_accepted(tmp_path: Path) -> None:
         assert view["funnel"]["outcomes"]["judged"] == 1
 
 
-async def test_deep_nesting_in_params_is_refused_naming_the_parameter(tmp_path: Path) -> None:
-    async with Harness(tmp_path) as h:
-        ex = exchange(1)
-        ex["request"]["params"]["tools"] = "DEEP"
-        r = await post(h, splice(ex, "DEEP", nested(200)))
-        assert r.status_code == 400, r.text
-        assert error_of(r)["field"] == "$.request.params.tools"
+async def test_deep_nesting_in_params_is_refused_naming_the_parameter(shared: Harness) -> None:
+    ex = exchange(1)
+    ex["request"]["params"]["tools"] = "DEEP"
+    r = await post(shared, splice(ex, "DEEP", nested(200)))
+    assert r.status_code == 400, r.text
+    assert error_of(r)["field"] == "$.request.params.tools"
 
 
 @pytest.mark.parametrize("depth", [1_000, 3_000, 100_000])
