@@ -459,10 +459,12 @@ class Engine:
     async def _fold_one(self, trial_id: str, new: int, now: float) -> None:
         assert self._store is not None
         try:
-            snap = await self._store.snapshot(trial_id)
-            if snap is not None:
-                folded = await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
-                decided = await stop_if_decided(self._store, snap.record, folded.evaluation, now=self.clock())
+            # Counts the store makes, not every judgment: a fold's cost must not grow with the trial.
+            got = await self._store.fold_inputs(trial_id)
+            if got is not None:
+                folded = await fold_trial(self._store, got.record, got.score_counts,
+                                          first_slot=(got.decisive, got.first_slot_wins))
+                decided = await stop_if_decided(self._store, got.record, folded.evaluation, now=self.clock())
                 if decided is not None:
                     log.info("trial %s decided (%s); it stops on its decision", trial_id, folded.evaluation.verdict)
                     self.routing.add(decided)  # still matched, now counted after_decision at the tap

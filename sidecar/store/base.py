@@ -35,6 +35,7 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     KeptState,
     LedgerEntry,
     GatewayReport,
@@ -229,6 +230,11 @@ class FunnelStore(Protocol):
 class ReadModel(Protocol):
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """The trial and all its figures from one consistent read."""
+        ...
+
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        """The trial, its score counts and its first-slot counts from one consistent read:
+        what folding it needs, at a cost that does not grow with its judgments in Python."""
         ...
 
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...

@@ -42,6 +42,7 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     GatewayReport,
     KeptState,
     LedgerEntry,
@@ -403,6 +404,14 @@ class PostgresStore(PostgresWatches, PostgresRetention):
             for key in g.parse_keys(r["segment_keys"]):
                 out[key] = out.get(key, 0) + 1
         return out
+
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        async with self._open_pool().acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            record = await _trial(conn, trial_id)
+            if record is None:
+                return None
+            first = await conn.fetchrow(*pg(c.FIRST_SLOT, trial_id, False))
+            return FoldInputs(record, await _score_counts(conn, trial_id), int(first["n"]), int(first["first"]))
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """One REPEATABLE READ, read-only transaction: every figure from one snapshot."""

@@ -34,6 +34,7 @@ from sidecar.store.records import (
     ended_outcome,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     GatewayReport,
     KeptState,
     LedgerEntry,
@@ -378,6 +379,20 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
                 for key in g.parse_keys(r["segment_keys"]):
                     out[key] = out.get(key, 0) + 1
             return out
+
+        return await self._run(fn)
+
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        def fn(conn: sqlite3.Connection) -> FoldInputs | None:
+            conn.execute("BEGIN")  # one read transaction, as for a snapshot
+            try:
+                record = _trial(conn, trial_id)
+                if record is None:
+                    return None
+                first = conn.execute(*sq(c.FIRST_SLOT, trial_id, False)).fetchone()
+                return FoldInputs(record, _score_counts(conn, trial_id), int(first["n"]), int(first["first"]))
+            finally:
+                conn.execute("COMMIT")
 
         return await self._run(fn)
 

@@ -407,6 +407,21 @@ async def test_snapshot_figures_agree(store: Store) -> None:
     }
 
 
+async def test_fold_inputs_count_decisive_primary_judgments_and_first_slot_wins(store: Store) -> None:
+    assert await store.fold_inputs("nope") is None
+    await store.create_trial(trial("t1"))
+    winners = {"c1": ("A", "verdict", False), "c2": ("B", "verdict", False), "c3": (None, "verdict", False),
+               "c4": ("A", "error", False), "c5": ("A", "verdict", True), "c6": ("A", "verdict", False)}
+    for cid, (slot, outcome, audit) in winners.items():
+        await store.claim_case(start(cid))
+        await store.finish_case(finish(cid, judgments=[judgment(f"j-{cid}", cid, winner_slot=slot, outcome=outcome,
+                                                                is_audit=audit)]), "A")
+    got = await store.fold_inputs("t1")
+    assert got is not None
+    assert got.record == await store.get_trial("t1") and got.score_counts == await store.score_counts("t1")
+    assert (got.decisive, got.first_slot_wins) == (3, 2)  # c1, c2, c6: no tie, failure or audit
+
+
 async def test_total_spend_with_and_without_teams(store: Store) -> None:
     assert await store.total_spend() == {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0}
     for tid, team in (("t1", "a"), ("t2", "a"), ("t3", "b")):
