@@ -28,8 +28,8 @@ import asyncio
 import hashlib
 import json
 import logging
+import random
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 from opentelemetry.trace import Span, Tracer
 
 from judge.order import Order, audit_selected, presentation_order, swapped
-from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
+from judge.paired import MAX_CALLS_PER_JUDGMENT, JudgeInputBound, PairedJudgment
 from policies import spend
 from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.reservation import CasePlan, judge_worst_case, plan_case
@@ -191,7 +191,7 @@ class CaseRunner:
             self.funnel.add(subject.id, "indeterminate")
             spans.end_case(span, "indeterminate")
             return "indeterminate"
-        request, max_tokens, plan, audited, judge_calls, start = prepared
+        request, max_tokens, plan, audited, judge_calls, start, judge_bound = prepared
         try:
             claimed = await _persist(lambda: self.store.claim_case(start))
         except Exception as exc:  # the store refused the claim: nothing of the case is stored
@@ -212,7 +212,8 @@ class CaseRunner:
             return "not_running"
         case = _Case(subject, start.case_id, start)
         try:
-            finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls)
+            finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls,
+                                             judge_bound)
         except _Shed as shed:
             finish = self._finish(case, shed.outcome, error=shed.error, trial_status=shed.trial_status)
         except asyncio.CancelledError:
@@ -271,7 +272,9 @@ class CaseRunner:
 
     # -- steps ---------------------------------------------------------------
 
-    def _prepare(self, subject: Subject, exchange: Exchange) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart]:
+    def _prepare(
+        self, subject: Subject, exchange: Exchange
+    ) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart, JudgeInputBound]:
         rec = subject.record
         case_id = case_id_for(subject.id, exchange.exchange_id)
         headers = {self.shadow_header: "1", "X-Shadowtrial-Trial": subject.id}
@@ -279,6 +282,7 @@ class CaseRunner:
         audited = audit_selected(subject.id, case_id, rec.audit_share, key=ORDER_KEY)
         judge_calls = MAX_CALLS_PER_JUDGMENT * (2 if audited else 1)
         incumbent_answer = exchange.response.content or ""
+        judge_bound = JudgeInputBound(exchange.request.messages, subject.judge_spec)  # rendered once, used twice
         candidate_input_bound = input_tokens_upper_bound(
             json.dumps(request.messages, ensure_ascii=False),
             json.dumps(request.params.get("tools") or [], ensure_ascii=False),
@@ -289,9 +293,7 @@ class CaseRunner:
             candidate_input_bound=candidate_input_bound,
             candidate_max_tokens=max_tokens,
             judge_price=subject.judge_price,
-            judge_input_bound_without_candidate=judge_input_upper_bound(
-                exchange.request.messages, incumbent_answer, "", subject.judge_spec
-            ),
+            judge_input_bound_without_candidate=judge_bound.bound(incumbent_answer, ""),
             judge_max_tokens=subject.judge_spec.max_tokens,
             judge_calls=judge_calls,
         )
@@ -309,7 +311,7 @@ class CaseRunner:
             segment_values=case_segments(rec, exchange),
             segment_cap=rec.segment_cap,
         )
-        return request, max_tokens, plan, audited, judge_calls, start
+        return request, max_tokens, plan, audited, judge_calls, start, judge_bound
 
     async def _reserve(self, case: _Case, amount: int, *, kind: LedgerKind, typical: int) -> None:
         """Reserve ``amount`` for ``case`` or raise :class:`_Shed`.
@@ -374,6 +376,7 @@ class CaseRunner:
         plan: CasePlan,
         audited: bool,
         judge_calls: int,
+        judge_bound: JudgeInputBound,
     ) -> CaseFinish:
         subject = case.subject
         spec = subject.judge_spec
@@ -395,7 +398,7 @@ class CaseRunner:
         conversation = exchange.request.messages
         incumbent_answer = exchange.response.content or ""
         candidate_answer = result.content or ""
-        exact_in = judge_input_upper_bound(conversation, incumbent_answer, candidate_answer, spec)
+        exact_in = judge_bound.bound(incumbent_answer, candidate_answer)
         judge_need = judge_worst_case(
             judge_price=subject.judge_price, judge_input_bound=exact_in, judge_max_tokens=spec.max_tokens, judge_calls=judge_calls
         )
@@ -556,7 +559,7 @@ def _judgment_rows(
     longer = _longer(incumbent_answer, candidate_answer)
     return [
         JudgmentRow(
-            judgment_id=uuid.uuid4().hex,
+            judgment_id=_judgment_id(),
             case_id=case_id,
             trial_id=subject.id,
             judge_version_id=subject.record.judge_version_id,
@@ -572,6 +575,15 @@ def _judgment_rows(
         )
         for pj, is_audit in judgments
     ]
+
+
+#: Judgment ids: 128 random bits as 32 hex digits, from a generator seeded once from the OS
+#: (``uuid4`` asked the OS each time: a system call, and a GIL handover to the store's thread).
+_ids = random.Random()
+
+
+def _judgment_id() -> str:
+    return f"{_ids.getrandbits(128):032x}"
 
 
 def _with_effects(finish: CaseFinish, effects: tuple[Effect, ...]) -> CaseFinish:
