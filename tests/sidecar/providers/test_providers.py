@@ -565,3 +565,35 @@ async def test_chat_after_aclose_raises() -> None:
     await provider.aclose()
     with pytest.raises(ProviderClosedError):
         await provider.chat(ask())
+
+
+async def test_the_transport_answers_alike_through_httpx_and_through_its_own_post() -> None:
+    """The clients drive :class:`AiohttpTransport` through ``post`` (no httpx request and response
+    per call); behind an ``httpx.AsyncClient`` it answers the same: status, headers sent as
+    given, body decoded (gzip), a broken body refused as httpx's ``DecodingError``."""
+    from sidecar.providers.transport import AiohttpTransport
+
+    got: list[tuple[str | None, bytes]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        got.append((request.headers.get("X-Probe"), await request.read()))
+        body = b"not gzip" if request.headers.get("X-Broken") else gzip.compress(OK_BODY)
+        return web.Response(body=body, status=201, headers={"Content-Encoding": "gzip", "Retry-After": "3"})
+
+    timeout = httpx.Timeout(5.0).as_dict()
+    async with serve(handler) as base:
+        url = base + "/chat/completions"
+        transport = AiohttpTransport(httpx.Limits(max_connections=2))
+        try:
+            direct = await transport.post(url, [("X-Probe", "p1")], b"one", timeout)
+            with pytest.raises(httpx.DecodingError):
+                await transport.post(url, [("X-Broken", "1")], b"y", timeout)
+            async with httpx.AsyncClient(transport=transport, timeout=5.0) as client:  # closes the transport
+                via_httpx = await client.post(url, content=b"two", headers={"X-Probe": "p2"})
+                with pytest.raises(httpx.DecodingError):
+                    await client.post(url, content=b"x", headers={"X-Broken": "1"})
+        finally:
+            await transport.aclose()
+    assert (direct.status_code, direct.content, direct.headers.get("retry-after")) == (201, OK_BODY, "3")
+    assert (via_httpx.status_code, via_httpx.content, via_httpx.headers.get("retry-after")) == (201, OK_BODY, "3")
+    assert [got[0], got[2]] == [("p1", b"one"), ("p2", b"two")]
