@@ -478,21 +478,27 @@ class _Writes:
 
     async def ask(self, fn: Callable[[sqlite3.Connection], T], executor: ThreadPoolExecutor,
                   conn: sqlite3.Connection) -> T:
-        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
         with self._lock:
             self._queue.append((fn, fut))
             submit = not self._due
             self._due = True
         if submit:
-            try:
-                executor.submit(self._flush, conn)
-            except BaseException:
-                with self._lock:
-                    self._due = False
-                    if (fn, fut) in self._queue:
-                        self._queue.remove((fn, fut))
-                raise
+            # At the end of this turn of the loop, so the writes the other tasks ask for in the
+            # same turn join the group: each hand-off wakes the store's thread, which on a busy
+            # core is a switch there and back (and a GIL handover).
+            loop.call_soon(self._submit, executor, conn)
         return await fut
+
+    def _submit(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        try:
+            executor.submit(self._flush, conn)
+        except BaseException as exc:  # the store closed meanwhile: nothing will run what is queued
+            with self._lock:
+                group, self._queue = self._queue, []
+                self._due = False
+            _settle([(fut, False, exc) for _, fut in group])
 
     def _flush(self, conn: sqlite3.Connection) -> None:
         """On the store's thread: run what is queued as one transaction, then hand back."""
