@@ -146,6 +146,7 @@ class CaseRunner:
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         authorise: Callable[[Subject], Awaitable[str | None]] | None = None,
+        may_spend: Callable[[Subject], bool] | None = None,
         tally: Tally | None = None,
         tracer: Tracer | None = None,
         sample_ratio: float = 1.0,
@@ -156,6 +157,9 @@ class CaseRunner:
         #: Asked right before each dispatch: None, or why the subject may no longer spend
         #: (the engine pauses the trial; the case is shed, its reservation released).
         self.authorise = authorise
+        #: Without side effects: whether ``authorise`` would let the subject spend now (None:
+        #: unknown, so every case asks ``authorise`` after its reservation).
+        self.may_spend = may_spend
         self.store = store
         self.owner = owner
         self.funnel = funnel
@@ -192,8 +196,17 @@ class CaseRunner:
             spans.end_case(span, "indeterminate")
             return "indeterminate"
         request, max_tokens, plan, audited, judge_calls, start, judge_bound = prepared
+        # The common case claims, reserves and marks itself dispatched in one store write: when
+        # no case of its subject waits in line for room (it would jump the line) and its starter
+        # may spend (asked now, right before that write and the dispatch that follows it; a
+        # starter who may not goes the long way, where ``authorise`` pauses the trial).
+        combined = not self._line_busy(subject) and self._may_spend(subject)
         try:
-            claimed = await _persist(lambda: self.store.claim_case(start))
+            if combined:
+                claimed, dispatched = await _persist(
+                    lambda: self.store.claim_and_reserve(start, plan.total, at=self.clock()))
+            else:
+                claimed, dispatched = await _persist(lambda: self.store.claim_case(start)), False
         except Exception as exc:  # the store refused the claim: nothing of the case is stored
             log.error("case %s of %s could not be claimed (%s); counted indeterminate",
                       start.case_id, subject.id, type(exc).__name__)
@@ -211,6 +224,8 @@ class CaseRunner:
             spans.end_case(span, counted)
             return "not_running"
         case = _Case(subject, start.case_id, start)
+        if dispatched:
+            case.reserved, case.dispatched = plan.total, True
         try:
             finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls,
                                              judge_bound)
@@ -313,6 +328,16 @@ class CaseRunner:
         )
         return request, max_tokens, plan, audited, judge_calls, start, judge_bound
 
+    def _line_busy(self, subject: Subject) -> bool:
+        """Whether cases of ``subject`` wait in line for room under its cap."""
+        line = self._lines.get(subject.id)
+        return line is not None and line.locked()
+
+    def _may_spend(self, subject: Subject) -> bool:
+        if self.authorise is None:
+            return True
+        return self.may_spend is not None and self.may_spend(subject)
+
     async def _reserve(self, case: _Case, amount: int, *, kind: LedgerKind, typical: int) -> None:
         """Reserve ``amount`` for ``case`` or raise :class:`_Shed`.
 
@@ -381,15 +406,15 @@ class CaseRunner:
         subject = case.subject
         spec = subject.judge_spec
         typical = self._typical(subject, plan.total)
-        await self._reserve(case, plan.total, kind="reserve", typical=typical)
-
-        if self.authorise is not None:
-            refused = await self.authorise(subject)
-            if refused is not None:
-                raise _Shed("shed_stopped", refused)
-        if not await self.store.mark_dispatched(case.case_id, self.owner):
-            raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
-        case.dispatched = True
+        if not case.dispatched:  # else reserved and dispatched with its claim (see _run)
+            await self._reserve(case, plan.total, kind="reserve", typical=typical)
+            if self.authorise is not None:
+                refused = await self.authorise(subject)
+                if refused is not None:
+                    raise _Shed("shed_stopped", refused)
+            if not await self.store.mark_dispatched(case.case_id, self.owner):
+                raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
+            case.dispatched = True
         result = await subject.candidate.chat(request)
         case.charges.append(_candidate_charge(subject, result, plan.candidate_micros))
         if not result.ok:

@@ -225,6 +225,7 @@ class Engine:
             reserve_wait_s=s.reserve_wait_seconds,
             clock=self.clock,
             authorise=self._authorise,
+            may_spend=lambda subject: not self._revocations.revoked(subject.record.started_by),
             tally=self.telemetry.tally,
             tracer=self.telemetry.tracer,
             sample_ratio=self.telemetry.sample_ratio,

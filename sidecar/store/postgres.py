@@ -302,6 +302,14 @@ class PostgresStore(PostgresWatches, PostgresRetention):
 
         return await self._tx(fn)
 
+    async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
+        """The three writes one after another (each its own transaction, as the engine made them)."""
+        claimed = await self.claim_case(case)
+        if claimed != "claimed" or not (await self.reserve(case.trial_id, case.case_id, micros, kind="reserve",
+                                                           at=at)).applied:
+            return claimed, False
+        return claimed, await self.mark_dispatched(case.case_id, case.owner)
+
     async def mark_dispatched(self, case_id: str, owner: str) -> bool:
         return rowcount(await self._open_pool().execute(*pg(c.DISPATCHED, case_id, owner))) == 1
 

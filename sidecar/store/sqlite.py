@@ -247,44 +247,17 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     # -- cases -----------------------------------------------------------------
 
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
-        def fn(conn: sqlite3.Connection) -> ClaimOutcome:
-            # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
-            if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
-                return "duplicate"
-            row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
-            if row is None:
-                return "not_running"
-            ended = ended_outcome(row["status"])
-            if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
-                return "duplicate"
-            if ended is not None:
-                _bump(conn, case.trial_id, ended, 1)
-                return "not_running"
-            if case.segment_values:
-                track_segments(conn, case)
-            return "claimed"
-
-        return await self._write(fn)
+        return await self._write(lambda conn: _claim(conn, case))
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
-        def fn(conn: sqlite3.Connection) -> ReserveResult:
-            # The cap's check and the reservation are one statement, under the write lock. Only
-            # an unfinished case of this trial may reserve: a finished (or recovered) case is
-            # never released again, so its reservation would stay on the trial for good.
-            cur = conn.execute(
-                "UPDATE trials SET reserved_micros = reserved_micros + ? "
-                "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
-                "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
-                (micros, trial_id, micros, case_id, trial_id),
-            )
-            applied = cur.rowcount == 1
-            if applied:
-                conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
-                conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
-            row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
-            if row is None:
-                return ReserveResult(False, 0, 0, 0, "missing")
-            return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
+        return await self._write(lambda conn: _reserve(conn, trial_id, case_id, micros, kind, at))
+
+    async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[ClaimOutcome, bool]:
+            claimed = _claim(conn, case)
+            if claimed != "claimed" or not _reserve(conn, case.trial_id, case.case_id, micros, "reserve", at).applied:
+                return claimed, False
+            return claimed, conn.execute(*sq(c.DISPATCHED, case.case_id, case.owner)).rowcount == 1
 
         return await self._write(fn)
 
@@ -618,6 +591,45 @@ def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> No
     for ids in chunks(case_ids):
         rows = conn.execute(*sq(reports.FINISHED, ids)).fetchall()
         _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
+
+
+def _claim(conn: sqlite3.Connection, case: CaseStart) -> ClaimOutcome:
+    # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
+    if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
+        return "duplicate"
+    row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
+    if row is None:
+        return "not_running"
+    ended = ended_outcome(row["status"])
+    if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
+        return "duplicate"
+    if ended is not None:
+        _bump(conn, case.trial_id, ended, 1)
+        return "not_running"
+    if case.segment_values:
+        track_segments(conn, case)
+    return "claimed"
+
+
+def _reserve(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int, kind: LedgerKind,
+             at: float) -> ReserveResult:
+    # The cap's check and the reservation are one statement, under the write lock. Only
+    # an unfinished case of this trial may reserve: a finished (or recovered) case is
+    # never released again, so its reservation would stay on the trial for good.
+    cur = conn.execute(
+        "UPDATE trials SET reserved_micros = reserved_micros + ? "
+        "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
+        "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
+        (micros, trial_id, micros, case_id, trial_id),
+    )
+    applied = cur.rowcount == 1
+    if applied:
+        conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
+        conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
+    row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
+    if row is None:
+        return ReserveResult(False, 0, 0, 0, "missing")
+    return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
 
 
 def _trial(conn: sqlite3.Connection, trial_id: str) -> TrialRecord | None:
