@@ -437,7 +437,8 @@ class Engine:
     async def fold(self, *, final: bool = False) -> None:
         """Fold the evidence of trials judged here since their last fold into their kept states.
 
-        A fold reads the trial's whole evidence, so a long trial is folded less often: once
+        A fold evaluates the trial's whole evidence (from counts the store makes, and its scored
+        cases since the last fold), so a long trial is folded less often: once
         its new cases reach 2% of those judged here (at least one), or after
         ``FOLD_AT_LEAST_S``; at stop, whatever is pending. How often looks are folded
         changes how tight the kept interval is, never its validity."""
