@@ -19,12 +19,16 @@ configured and nothing is exported. Compare the two runs' engine figures for the
 telemetry.
 
 After a warm-up, ``--cases`` exchanges are posted (``--concurrency`` requests
-in flight, one exchange each) and the run waits, polling the trial every
-0.25 s, until every one has its funnel outcome and nothing is in flight. The
+in flight, one exchange each) and the run waits until every one has its funnel
+outcome and nothing is in flight: it polls ``/metrics`` every 0.25 s (counters and
+gauges, one cheap store read) and reads the trial's funnel (a snapshot of the trial
+and its cases, whose cost grows with them) only once those say done, so the waiting
+costs the sidecar little and alike at r=1 and r=0. The
 sidecar's CPU (user + system, from ``/proc``) over that window divided by the
 exchange count is the CPU per exchange; **engine per case = r=1 − r=0**, the
-work a judged case adds on top of ingesting its exchange. The fake provider's
-CPU per case is shown apart. Reported per round and as the median; speed is
+work a judged case adds on top of ingesting its exchange, shown split into the
+sidecar's main process (tap, admin, forwarding) and the engine's own process. The
+fake provider's CPU per case is shown apart. Reported per round and as the median; speed is
 never asserted (DESIGN.md section 14).
 """
 
@@ -47,7 +51,7 @@ from aiohttp import web
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tap import (  # noqa: E402
-    HOST, Child, _wait_for_stop, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel,
+    HOST, Child, _proc_cpu, _wait_for_stop, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel,
 )
 
 POLL_S = 0.25
@@ -58,6 +62,7 @@ class Run:
     rate: float
     cases: int
     sidecar_cpu_s: float
+    engine_cpu_s: float  # the engine's own process, part of sidecar_cpu_s
     fake_cpu_s: float
     seconds: float
     funnel: dict[str, object]
@@ -65,6 +70,10 @@ class Run:
     @property
     def us_per_exchange(self) -> float:
         return self.sidecar_cpu_s / self.cases * 1e6
+
+    @property
+    def engine_us_per_exchange(self) -> float:
+        return self.engine_cpu_s / self.cases * 1e6
 
 
 async def post_all(session: aiohttp.ClientSession, url: str, n: int, tag: str, concurrency: int) -> None:
@@ -81,9 +90,32 @@ async def post_all(session: aiohttp.ClientSession, url: str, n: int, tag: str, c
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+async def metrics_done(session: aiohttp.ClientSession, admin: str) -> tuple[int, int, int]:
+    """(funnel outcomes decided, cases in flight, queue depth) from ``/metrics``."""
+    async with session.get(f"{admin}/metrics") as resp:
+        text = await resp.text()
+    outcomes = in_flight = depth = 0
+    for line in text.splitlines():
+        if line.startswith("shadowtrial_funnel_outcomes_total{"):
+            outcomes += int(float(line.rpartition(" ")[2]))
+        elif line.startswith("shadowtrial_cases_in_flight "):
+            in_flight = int(float(line.rpartition(" ")[2]))
+        elif line.startswith("shadowtrial_intake_queue_depth "):
+            depth = int(float(line.rpartition(" ")[2]))
+    return outcomes, in_flight, depth
+
+
 async def settle(session: aiohttp.ClientSession, admin: str, trial: str, total: int, timeout: float = 300.0) -> dict[str, object]:
-    """Wait until ``total`` exchanges have an outcome and none is in flight."""
+    """Wait until ``total`` exchanges have an outcome and none is in flight: ``/metrics`` until
+    its counters say so, then the trial's funnel (the store's, the one that counts) until it agrees."""
     deadline = time.monotonic() + timeout
+    while True:
+        outcomes, in_flight, depth = await metrics_done(session, admin)
+        if outcomes >= total and in_flight == 0 and depth == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cases did not settle: {outcomes} outcomes of {total}, {in_flight} in flight")
+        await asyncio.sleep(POLL_S)
     while True:
         funnel = await trial_funnel(session, admin, trial)
         done = sum(v for k, v in funnel.items() if k != "in_flight" and isinstance(v, int))
@@ -129,14 +161,21 @@ async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str, 
                 await post_all(session, tap_url, args.warmup, f"warm-{tag}", args.concurrency)
                 await settle(session, admin, trial, args.warmup)
                 cpu0, fake0, t0 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
+                eng0 = _engine_cpu(sidecar)
                 await post_all(session, tap_url, args.cases, f"run-{tag}", args.concurrency)
                 funnel = await settle(session, admin, trial, args.warmup + args.cases)
                 cpu1, fake1, t1 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
+                eng1 = _engine_cpu(sidecar)
         finally:
             sidecar.stop()
     if cpu0 is None or cpu1 is None or fake0 is None or fake1 is None:
         raise RuntimeError("needs /proc to read the children's CPU time")
-    return Run(rate, args.cases, cpu1 - cpu0, fake1 - fake0, t1 - t0, funnel)
+    return Run(rate, args.cases, cpu1 - cpu0, eng1 - eng0, fake1 - fake0, t1 - t0, funnel)
+
+
+def _engine_cpu(sidecar: Child) -> float:
+    """CPU seconds of the sidecar's engine process so far (0 with the engine on a thread)."""
+    return (_proc_cpu(sidecar.engine_pid) or 0.0) if sidecar.engine_pid else 0.0
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -151,11 +190,13 @@ async def amain(args: argparse.Namespace) -> int:
             sampled = await one_run(fake, 1.0, args, f"{r}s", extra)
             unsampled = await one_run(fake, 0.0, args, f"{r}u", extra)
             per_case = sampled.us_per_exchange - unsampled.us_per_exchange
+            in_engine = sampled.engine_us_per_exchange - unsampled.engine_us_per_exchange
             engine.append(per_case)
             fake_per_case.append(sampled.fake_cpu_s / sampled.cases * 1e6)
             print(
                 f"round {r + 1}: r=1 {sampled.us_per_exchange:.0f} µs/exchange ({sampled.seconds:.1f} s), "
-                f"r=0 {unsampled.us_per_exchange:.0f} µs/exchange -> engine {per_case:.0f} µs per judged case; "
+                f"r=0 {unsampled.us_per_exchange:.0f} µs/exchange -> engine {per_case:.0f} µs per judged case "
+                f"(engine process {in_engine:.0f}, main process {per_case - in_engine:.0f}); "
                 f"fake provider {fake_per_case[-1]:.0f} µs per case; funnel {sampled.funnel}",
                 flush=True,
             )

@@ -91,14 +91,30 @@ def judge_input_upper_bound(
     ``MAX_CALLS_PER_JUDGMENT`` calls of this input and ``spec.max_tokens``
     output each.
     """
-    rubric_text = get_rubric(spec.rubric_id).text
-    bound = 0
-    for order in ORDERS:
-        retry = render_retry_messages(
-            _messages(rubric_text, conversation, incumbent_answer, candidate_answer, order), first_reply=""
-        )
-        bound = max(bound, input_tokens_upper_bound(*_texts(retry), messages=len(retry)))
-    return bound + spec.max_tokens
+    return JudgeInputBound(conversation, spec).bound(incumbent_answer, candidate_answer)
+
+
+class JudgeInputBound:
+    """:func:`judge_input_upper_bound` for one conversation and spec, for any pair of answers,
+    with the conversation rendered once (the engine bounds a case before and after its
+    candidate answers; rendering is most of the cost).
+
+    The bound is the byte length of the rendered texts plus framing, and each answer is put
+    into the judge's user message as it is, so the answers' UTF-8 bytes add to those of the
+    messages rendered with empty answers — in either order: the same value as rendering
+    each pair, exactly."""
+
+    __slots__ = ("_fixed", "_max_tokens")
+
+    def __init__(self, conversation: Conversation, spec: JudgeSpec) -> None:
+        rubric_text = get_rubric(spec.rubric_id).text
+        retry = render_retry_messages(_messages(rubric_text, conversation, "", "", ORDERS[0]), first_reply="")
+        self._fixed = input_tokens_upper_bound(*_texts(retry), messages=len(retry))
+        self._max_tokens = spec.max_tokens
+
+    def bound(self, incumbent_answer: str, candidate_answer: str) -> int:
+        return (self._fixed + len(incumbent_answer.encode("utf-8")) + len(candidate_answer.encode("utf-8"))
+                + self._max_tokens)
 
 
 def _failed(completion: Completion) -> str:

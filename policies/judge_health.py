@@ -147,6 +147,48 @@ class JudgeHealth:
     longer_answer_win_rate: float | None
 
 
+def health_state(
+    first_slot_wins: int,
+    decisive: int,
+    *,
+    alpha: float = 0.05,
+    min_drift: float = 0.05,
+    expected_decisive: int = 1000,
+    prior: JudgeHealthState | None = None,
+) -> JudgeHealthState:
+    """The state :func:`judge_health` keeps, from its two counts alone: ``decisive`` primary
+    judgments, ``first_slot_wins`` of them won by slot A. The same rule (and the same refusal
+    of a ``prior`` built with other settings): for a caller that counts in the store rather
+    than reading every judgment."""
+    if prior is not None and (prior.alpha != alpha or prior.expected_decisive != expected_decisive):
+        raise ValueError(
+            f"the stored judge-health state was built with other settings "
+            f"(alpha {prior.alpha}, expected_decisive {prior.expected_decisive})"
+        )
+    return _first_slot(first_slot_wins, decisive, prior, alpha=alpha, min_drift=min_drift,
+                       expected_decisive=expected_decisive)[1]
+
+
+def _first_slot(
+    first: int, n: int, prior: JudgeHealthState | None, *, alpha: float, min_drift: float, expected_decisive: int
+) -> tuple[Interval | None, JudgeHealthState]:
+    """The first-slot interval at this look and the state folded into ``prior``."""
+    first_rate = _rate(first, n)
+    sequence = None
+    evidence_at = None if prior is None else prior.evidence_at
+    flagged_at = None if prior is None else prior.flagged_at
+    if n:
+        lo, hi = first_slot_bounds(first, n, alpha=alpha, expected_decisive=expected_decisive)
+        sequence = Interval(float(lo), float(hi))
+        if evidence_at is None and (sequence.lower > 0.5 or sequence.upper < 0.5):
+            evidence_at = n
+        if flagged_at is None and evidence_at is not None and first_rate is not None:
+            if abs(first_rate - 0.5) >= min_drift:
+                flagged_at = n
+    seen = n if prior is None else max(prior.decisive, n)
+    return sequence, JudgeHealthState(seen, evidence_at, flagged_at, alpha, expected_decisive)
+
+
 def binomial_two_sided_half(k: int, n: int) -> float:
     """Exact two-sided binomial test p-value of k successes in n trials against p = 0.5.
 
@@ -233,19 +275,9 @@ def judge_health(
     n = len(decisive)
     first = sum(1 for r in decisive if r.winner == "A")
     first_rate = _rate(first, n)
-    sequence = None
-    evidence_at = None if prior is None else prior.evidence_at
-    flagged_at = None if prior is None else prior.flagged_at
-    if n:
-        lo, hi = first_slot_bounds(first, n, alpha=alpha, expected_decisive=expected_decisive)
-        sequence = Interval(float(lo), float(hi))
-        if evidence_at is None and (sequence.lower > 0.5 or sequence.upper < 0.5):
-            evidence_at = n
-        if flagged_at is None and evidence_at is not None and first_rate is not None:
-            if abs(first_rate - 0.5) >= min_drift:
-                flagged_at = n
-    seen = n if prior is None else max(prior.decisive, n)
-    state = JudgeHealthState(seen, evidence_at, flagged_at, alpha, expected_decisive)
+    sequence, state = _first_slot(first, n, prior, alpha=alpha, min_drift=min_drift,
+                                  expected_decisive=expected_decisive)
+    flagged_at = state.flagged_at
 
     originals: dict[str, Outcome] = {}
     audits: dict[str, Outcome] = {}

@@ -28,8 +28,8 @@ import asyncio
 import hashlib
 import json
 import logging
+import random
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Callable, Sequence, TypeVar
 from opentelemetry.trace import Span, Tracer
 
 from judge.order import Order, audit_selected, presentation_order, swapped
-from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudgment, judge_input_upper_bound
+from judge.paired import MAX_CALLS_PER_JUDGMENT, JudgeInputBound, PairedJudgment
 from policies import spend
 from policies.money import Cost, Price, input_tokens_upper_bound, price_usage, worst_case_micros
 from policies.reservation import CasePlan, judge_worst_case, plan_case
@@ -146,6 +146,7 @@ class CaseRunner:
         poll_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         authorise: Callable[[Subject], Awaitable[str | None]] | None = None,
+        may_spend: Callable[[Subject], bool] | None = None,
         tally: Tally | None = None,
         tracer: Tracer | None = None,
         sample_ratio: float = 1.0,
@@ -156,6 +157,9 @@ class CaseRunner:
         #: Asked right before each dispatch: None, or why the subject may no longer spend
         #: (the engine pauses the trial; the case is shed, its reservation released).
         self.authorise = authorise
+        #: Without side effects: whether ``authorise`` would let the subject spend now (None:
+        #: unknown, so every case asks ``authorise`` after its reservation).
+        self.may_spend = may_spend
         self.store = store
         self.owner = owner
         self.funnel = funnel
@@ -191,9 +195,18 @@ class CaseRunner:
             self.funnel.add(subject.id, "indeterminate")
             spans.end_case(span, "indeterminate")
             return "indeterminate"
-        request, max_tokens, plan, audited, judge_calls, start = prepared
+        request, max_tokens, plan, audited, judge_calls, start, judge_bound = prepared
+        # The common case claims, reserves and marks itself dispatched in one store write: when
+        # no case of its subject waits in line for room (it would jump the line) and its starter
+        # may spend (asked now, right before that write and the dispatch that follows it; a
+        # starter who may not goes the long way, where ``authorise`` pauses the trial).
+        combined = not self._line_busy(subject) and self._may_spend(subject)
         try:
-            claimed = await _persist(lambda: self.store.claim_case(start))
+            if combined:
+                claimed, dispatched = await _persist(
+                    lambda: self.store.claim_and_reserve(start, plan.total, at=self.clock()))
+            else:
+                claimed, dispatched = await _persist(lambda: self.store.claim_case(start)), False
         except Exception as exc:  # the store refused the claim: nothing of the case is stored
             log.error("case %s of %s could not be claimed (%s); counted indeterminate",
                       start.case_id, subject.id, type(exc).__name__)
@@ -211,8 +224,11 @@ class CaseRunner:
             spans.end_case(span, counted)
             return "not_running"
         case = _Case(subject, start.case_id, start)
+        if dispatched:
+            case.reserved, case.dispatched = plan.total, True
         try:
-            finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls)
+            finish = await self._run_claimed(case, exchange, request, max_tokens, plan, audited, judge_calls,
+                                             judge_bound)
         except _Shed as shed:
             finish = self._finish(case, shed.outcome, error=shed.error, trial_status=shed.trial_status)
         except asyncio.CancelledError:
@@ -271,7 +287,9 @@ class CaseRunner:
 
     # -- steps ---------------------------------------------------------------
 
-    def _prepare(self, subject: Subject, exchange: Exchange) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart]:
+    def _prepare(
+        self, subject: Subject, exchange: Exchange
+    ) -> tuple[ChatRequest, int, CasePlan, bool, int, CaseStart, JudgeInputBound]:
         rec = subject.record
         case_id = case_id_for(subject.id, exchange.exchange_id)
         headers = {self.shadow_header: "1", "X-Shadowtrial-Trial": subject.id}
@@ -279,6 +297,7 @@ class CaseRunner:
         audited = audit_selected(subject.id, case_id, rec.audit_share, key=ORDER_KEY)
         judge_calls = MAX_CALLS_PER_JUDGMENT * (2 if audited else 1)
         incumbent_answer = exchange.response.content or ""
+        judge_bound = JudgeInputBound(exchange.request.messages, subject.judge_spec)  # rendered once, used twice
         candidate_input_bound = input_tokens_upper_bound(
             json.dumps(request.messages, ensure_ascii=False),
             json.dumps(request.params.get("tools") or [], ensure_ascii=False),
@@ -289,9 +308,7 @@ class CaseRunner:
             candidate_input_bound=candidate_input_bound,
             candidate_max_tokens=max_tokens,
             judge_price=subject.judge_price,
-            judge_input_bound_without_candidate=judge_input_upper_bound(
-                exchange.request.messages, incumbent_answer, "", subject.judge_spec
-            ),
+            judge_input_bound_without_candidate=judge_bound.bound(incumbent_answer, ""),
             judge_max_tokens=subject.judge_spec.max_tokens,
             judge_calls=judge_calls,
         )
@@ -309,7 +326,17 @@ class CaseRunner:
             segment_values=case_segments(rec, exchange),
             segment_cap=rec.segment_cap,
         )
-        return request, max_tokens, plan, audited, judge_calls, start
+        return request, max_tokens, plan, audited, judge_calls, start, judge_bound
+
+    def _line_busy(self, subject: Subject) -> bool:
+        """Whether cases of ``subject`` wait in line for room under its cap."""
+        line = self._lines.get(subject.id)
+        return line is not None and line.locked()
+
+    def _may_spend(self, subject: Subject) -> bool:
+        if self.authorise is None:
+            return True
+        return self.may_spend is not None and self.may_spend(subject)
 
     async def _reserve(self, case: _Case, amount: int, *, kind: LedgerKind, typical: int) -> None:
         """Reserve ``amount`` for ``case`` or raise :class:`_Shed`.
@@ -374,19 +401,20 @@ class CaseRunner:
         plan: CasePlan,
         audited: bool,
         judge_calls: int,
+        judge_bound: JudgeInputBound,
     ) -> CaseFinish:
         subject = case.subject
         spec = subject.judge_spec
         typical = self._typical(subject, plan.total)
-        await self._reserve(case, plan.total, kind="reserve", typical=typical)
-
-        if self.authorise is not None:
-            refused = await self.authorise(subject)
-            if refused is not None:
-                raise _Shed("shed_stopped", refused)
-        if not await self.store.mark_dispatched(case.case_id, self.owner):
-            raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
-        case.dispatched = True
+        if not case.dispatched:  # else reserved and dispatched with its claim (see _run)
+            await self._reserve(case, plan.total, kind="reserve", typical=typical)
+            if self.authorise is not None:
+                refused = await self.authorise(subject)
+                if refused is not None:
+                    raise _Shed("shed_stopped", refused)
+            if not await self.store.mark_dispatched(case.case_id, self.owner):
+                raise _Shed("indeterminate", "the case was recovered by a peer before dispatch")
+            case.dispatched = True
         result = await subject.candidate.chat(request)
         case.charges.append(_candidate_charge(subject, result, plan.candidate_micros))
         if not result.ok:
@@ -395,7 +423,7 @@ class CaseRunner:
         conversation = exchange.request.messages
         incumbent_answer = exchange.response.content or ""
         candidate_answer = result.content or ""
-        exact_in = judge_input_upper_bound(conversation, incumbent_answer, candidate_answer, spec)
+        exact_in = judge_bound.bound(incumbent_answer, candidate_answer)
         judge_need = judge_worst_case(
             judge_price=subject.judge_price, judge_input_bound=exact_in, judge_max_tokens=spec.max_tokens, judge_calls=judge_calls
         )
@@ -556,7 +584,7 @@ def _judgment_rows(
     longer = _longer(incumbent_answer, candidate_answer)
     return [
         JudgmentRow(
-            judgment_id=uuid.uuid4().hex,
+            judgment_id=_judgment_id(),
             case_id=case_id,
             trial_id=subject.id,
             judge_version_id=subject.record.judge_version_id,
@@ -572,6 +600,15 @@ def _judgment_rows(
         )
         for pj, is_audit in judgments
     ]
+
+
+#: Judgment ids: 128 random bits as 32 hex digits, from a generator seeded once from the OS
+#: (``uuid4`` asked the OS each time: a system call, and a GIL handover to the store's thread).
+_ids = random.Random()
+
+
+def _judgment_id() -> str:
+    return f"{_ids.getrandbits(128):032x}"
 
 
 def _with_effects(finish: CaseFinish, effects: tuple[Effect, ...]) -> CaseFinish:

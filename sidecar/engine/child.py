@@ -36,8 +36,10 @@ log = logging.getLogger("shadowtrial.engine")
 
 #: Batches of room in the engine's own hand-off: enough to keep every worker fed.
 ROOM_PER_WORKER = 4
-#: How often, at most, the engine's process reports its in-flight count.
-STATUS_EVERY_S = 0.02
+#: How often, at most, the engine's process reports its in-flight count and counters: each report
+#: is a message, and a wake-up of the sidecar's process (every 20 ms, it was a twentieth of the
+#: engine's CPU under load; ``idle`` and the stop still answer at once).
+STATUS_EVERY_S = 0.1
 
 
 def main(ctl: Connection, claims: Connection, config: Config, hooks: Sequence[FinishHook], level: int) -> None:
@@ -110,7 +112,7 @@ class _Child:
 
     def _progress(self) -> None:
         """On the engine's loop, after each case: report at most every ``STATUS_EVERY_S``
-        (a message per case would cost the engine a tenth of its CPU under load)."""
+        (a message per case would cost the engine a tenth of its CPU under load; see the constant)."""
         if not self._status_due:
             self._status_due = True
             asyncio.get_running_loop().call_later(STATUS_EVERY_S, self._status)

@@ -225,6 +225,7 @@ class Engine:
             reserve_wait_s=s.reserve_wait_seconds,
             clock=self.clock,
             authorise=self._authorise,
+            may_spend=lambda subject: not self._revocations.revoked(subject.record.started_by),
             tally=self.telemetry.tally,
             tracer=self.telemetry.tracer,
             sample_ratio=self.telemetry.sample_ratio,
@@ -436,7 +437,8 @@ class Engine:
     async def fold(self, *, final: bool = False) -> None:
         """Fold the evidence of trials judged here since their last fold into their kept states.
 
-        A fold reads the trial's whole evidence, so a long trial is folded less often: once
+        A fold evaluates the trial's whole evidence (from counts the store makes, and its scored
+        cases since the last fold), so a long trial is folded less often: once
         its new cases reach 2% of those judged here (at least one), or after
         ``FOLD_AT_LEAST_S``; at stop, whatever is pending. How often looks are folded
         changes how tight the kept interval is, never its validity."""
@@ -459,10 +461,12 @@ class Engine:
     async def _fold_one(self, trial_id: str, new: int, now: float) -> None:
         assert self._store is not None
         try:
-            snap = await self._store.snapshot(trial_id)
-            if snap is not None:
-                folded = await fold_trial(self._store, snap.record, snap.score_counts, snap.judgments)
-                decided = await stop_if_decided(self._store, snap.record, folded.evaluation, now=self.clock())
+            # Counts the store makes, not every judgment: a fold's cost must not grow with the trial.
+            got = await self._store.fold_inputs(trial_id)
+            if got is not None:
+                folded = await fold_trial(self._store, got.record, got.score_counts,
+                                          first_slot=(got.decisive, got.first_slot_wins))
+                decided = await stop_if_decided(self._store, got.record, folded.evaluation, now=self.clock())
                 if decided is not None:
                     log.info("trial %s decided (%s); it stops on its decision", trial_id, folded.evaluation.verdict)
                     self.routing.add(decided)  # still matched, now counted after_decision at the tap

@@ -14,7 +14,7 @@ import msgspec
 from sidecar.providers.base import ProviderResult
 from sidecar.providers.errors import ProviderClosedError, ProviderConfigError
 from sidecar.providers.retry import DEFAULT_RETRY_STATUSES, Clock, Parse, RetryPolicy, Sleep, send_with_retries
-from sidecar.providers.transport import AiohttpTransport
+from sidecar.providers.transport import AiohttpTransport, Reply
 
 # Extra headers a caller may not set: the provider owns auth and framing.
 _RESERVED_HEADERS = frozenset(
@@ -106,6 +106,9 @@ class HTTPChatClient:
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
         self._clock: Clock = clock if clock is not None else time.monotonic
         self._transport = transport if transport is not None else AiohttpTransport(limits)
+        #: Our own transport is driven through its ``post`` (no httpx request or response per call).
+        self._direct = self._transport if isinstance(self._transport, AiohttpTransport) else None
+        self._url_text = str(self._url)
         self._extensions = {"timeout": timeout.as_dict()}
         self._closed = False
 
@@ -144,6 +147,18 @@ class HTTPChatClient:
             headers = dict(_BASE_HEADERS)
         headers.update(own)
         content = _encoder.encode(body)
+        if self._direct is not None:
+            # Our own transport: the URL, header pairs and body go to it as they are sent, built
+            # once for every attempt (see AiohttpTransport.post).
+            direct, url_text, timeout = self._direct, self._url_text, self._extensions["timeout"]
+            pairs = [("host", self._host), *headers.items(), ("content-length", str(len(content)))]
+
+            async def post() -> Reply:
+                return await direct.post(url_text, pairs, content, timeout)
+
+            return await send_with_retries(
+                post, parse, policy=self._policy, rng=self._rng, sleep=self._sleep, clock=self._clock
+            )
         # Host and Content-Length are set here and the body handed over as a ready stream:
         # httpx.Request's own body encoding and header defaults cost as much again as the
         # rest of building a request, for values known here already. Retries reuse both.

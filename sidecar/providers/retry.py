@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import httpx
 
@@ -59,7 +59,28 @@ class Completion(NamedTuple):
     usage_disputed: bool = False
 
 
-Send = Callable[[], Awaitable[httpx.Response]]
+class Headers(Protocol):
+    """What the retry loop reads of a response's headers (``httpx.Headers``, aiohttp's
+    case-insensitive ones): a value by name, any case."""
+
+    def get(self, key: str, default: None = None) -> str | None: ...
+
+
+class Response(Protocol):
+    """A response read whole: an ``httpx.Response``, or the provider transport's own
+    :class:`~sidecar.providers.transport.Reply`."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Headers: ...
+
+
+Send = Callable[[], Awaitable[Response]]
 Parse = Callable[[bytes], Completion | None]
 """Parses a 2xx body; returns None when it is not a completion we can read."""
 
@@ -100,7 +121,7 @@ class RetryPolicy:
         return rng.uniform(0.0, cap)
 
 
-def parse_retry_after(headers: httpx.Headers, *, now: datetime | None = None) -> float | None:
+def parse_retry_after(headers: Headers, *, now: datetime | None = None) -> float | None:
     """Seconds the server asked us to wait, or None when absent or unreadable.
 
     Reads ``retry-after-ms`` (OpenAI) first, then ``Retry-After`` as delta

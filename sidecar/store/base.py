@@ -35,6 +35,7 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     KeptState,
     LedgerEntry,
     GatewayReport,
@@ -147,6 +148,14 @@ class CaseLedger(Protocol):
 
     async def mark_dispatched(self, case_id: str, owner: str) -> bool: ...
 
+    async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
+        """:meth:`claim_case`, then — if claimed — :meth:`reserve` ``micros`` (``reserve``) and, if
+        that applied, :meth:`mark_dispatched`: what a case does before its candidate call, in one
+        write where the store can (SQLite: one transaction, so the cap's check is still its one
+        conditional update). Returns the claim's outcome and whether the case is reserved and
+        dispatched; a claimed case whose reservation did not apply is left ``claimed``."""
+        ...
+
     async def finish_case(self, finish: CaseFinish, owner: str) -> bool:
         """Record the outcome, release the reservation, charge, count the funnel
         outcome, write judgments and ``finish.effects``, and apply
@@ -229,6 +238,11 @@ class FunnelStore(Protocol):
 class ReadModel(Protocol):
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """The trial and all its figures from one consistent read."""
+        ...
+
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        """The trial, its score counts and its first-slot counts from one consistent read:
+        what folding it needs, at a cost that does not grow with its judgments in Python."""
         ...
 
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...

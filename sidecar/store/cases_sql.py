@@ -72,6 +72,12 @@ SCORES = (
     "SELECT score, COUNT(*) AS n FROM cases WHERE trial_id = ? AND outcome = 'judged' AND score IS NOT NULL "
     "GROUP BY score"
 )
+#: Decisive primary judgments of a trial and those slot A (the answer shown first) won, as
+#: :func:`sidecar.trials.fold.slot_judgment` reads each row: a verdict naming slot A or B, no audit.
+FIRST_SLOT = (
+    "SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN winner_slot = 'A' THEN 1 ELSE 0 END), 0) AS first "
+    "FROM judgments WHERE trial_id = ? AND outcome = 'verdict' AND winner_slot IN ('A', 'B') AND is_audit = ?"
+)
 STATES = "SELECT state, COUNT(*) AS n FROM cases WHERE trial_id = ? GROUP BY state"
 JUDGMENTS = "SELECT * FROM judgments WHERE trial_id = ? ORDER BY created_at, id"
 PAIRED = (

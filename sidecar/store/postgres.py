@@ -42,6 +42,7 @@ from sidecar.store.records import (
     CaseFinish,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     GatewayReport,
     KeptState,
     LedgerEntry,
@@ -301,6 +302,14 @@ class PostgresStore(PostgresWatches, PostgresRetention):
 
         return await self._tx(fn)
 
+    async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
+        """The three writes one after another (each its own transaction, as the engine made them)."""
+        claimed = await self.claim_case(case)
+        if claimed != "claimed" or not (await self.reserve(case.trial_id, case.case_id, micros, kind="reserve",
+                                                           at=at)).applied:
+            return claimed, False
+        return claimed, await self.mark_dispatched(case.case_id, case.owner)
+
     async def mark_dispatched(self, case_id: str, owner: str) -> bool:
         return rowcount(await self._open_pool().execute(*pg(c.DISPATCHED, case_id, owner))) == 1
 
@@ -403,6 +412,14 @@ class PostgresStore(PostgresWatches, PostgresRetention):
             for key in g.parse_keys(r["segment_keys"]):
                 out[key] = out.get(key, 0) + 1
         return out
+
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        async with self._open_pool().acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            record = await _trial(conn, trial_id)
+            if record is None:
+                return None
+            first = await conn.fetchrow(*pg(c.FIRST_SLOT, trial_id, False))
+            return FoldInputs(record, await _score_counts(conn, trial_id), int(first["n"]), int(first["first"]))
 
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """One REPEATABLE READ, read-only transaction: every figure from one snapshot."""

@@ -273,6 +273,18 @@ class TrialSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class FoldInputs:
+    """What the engine's fold of a trial reads (:meth:`ReadModel.fold_inputs`), in one transaction:
+    the record, its score counts, and its first-slot counts — decisive primary judgments and
+    those the answer shown first won — counted by the store rather than read one by one."""
+
+    record: TrialRecord
+    score_counts: dict[float, int]
+    decisive: int
+    first_slot_wins: int
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayReport:
     """What one gateway's sidecar last reported for a team: its content-uplink setting."""
 

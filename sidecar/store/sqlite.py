@@ -2,9 +2,17 @@
 
 Every statement runs on one dedicated thread that owns the connection, so the
 event loop never blocks on disk and transactions never interleave inside this
-process. Each write is one ``BEGIN IMMEDIATE`` transaction, so a second
-process on the same file (a second replica, a restarted one) serialises on
-SQLite's write lock: the cap check and the reservation are one statement.
+process. Writes are committed in groups (:class:`_Writes`): the writes asked for
+while the store's thread is busy are run together in one ``BEGIN IMMEDIATE``
+transaction, each inside a savepoint of its own — one that raises is rolled back
+alone and raises to its caller; the others commit. A write's caller resumes only
+after its group committed, so nothing is reported done that a crash could undo;
+a process that dies mid-group loses the whole group (as if none of its writes had
+been asked for), never a part of one. A second process on the same file (a
+second replica, a restarted one) serialises on SQLite's write lock: the cap
+check and the reservation are one statement. Under load this is one
+transaction and one wake-up of the event loop for several cases' writes, where
+it was one of each per write.
 """
 
 from __future__ import annotations
@@ -12,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from policies.paired import paired_figures
 from sidecar.store.errors import IdempotencyConflict
@@ -25,6 +34,7 @@ from sidecar.store.records import (
     ended_outcome,
     CaseStart,
     ClaimOutcome,
+    FoldInputs,
     GatewayReport,
     KeptState,
     LedgerEntry,
@@ -51,6 +61,7 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         self.lock_timeout_s = lock_timeout_s
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._writes = _Writes()
 
     # -- plumbing -------------------------------------------------------------
 
@@ -62,17 +73,11 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         return await loop.run_in_executor(self._executor, fn, conn)
 
     async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def tx(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-
-        return await self._run(tx)
+        """Run ``fn`` in a write transaction, committed with the writes asked for beside it
+        (see the module's docs); its result once its group committed."""
+        if self._executor is None or self._conn is None:
+            raise RuntimeError("store is not open")
+        return await self._writes.ask(fn, self._executor, self._conn)
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadowtrial-store")
@@ -242,44 +247,17 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     # -- cases -----------------------------------------------------------------
 
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
-        def fn(conn: sqlite3.Connection) -> ClaimOutcome:
-            # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
-            if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
-                return "duplicate"
-            row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
-            if row is None:
-                return "not_running"
-            ended = ended_outcome(row["status"])
-            if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
-                return "duplicate"
-            if ended is not None:
-                _bump(conn, case.trial_id, ended, 1)
-                return "not_running"
-            if case.segment_values:
-                track_segments(conn, case)
-            return "claimed"
-
-        return await self._write(fn)
+        return await self._write(lambda conn: _claim(conn, case))
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
-        def fn(conn: sqlite3.Connection) -> ReserveResult:
-            # The cap's check and the reservation are one statement, under the write lock. Only
-            # an unfinished case of this trial may reserve: a finished (or recovered) case is
-            # never released again, so its reservation would stay on the trial for good.
-            cur = conn.execute(
-                "UPDATE trials SET reserved_micros = reserved_micros + ? "
-                "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
-                "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
-                (micros, trial_id, micros, case_id, trial_id),
-            )
-            applied = cur.rowcount == 1
-            if applied:
-                conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
-                conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
-            row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
-            if row is None:
-                return ReserveResult(False, 0, 0, 0, "missing")
-            return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
+        return await self._write(lambda conn: _reserve(conn, trial_id, case_id, micros, kind, at))
+
+    async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[ClaimOutcome, bool]:
+            claimed = _claim(conn, case)
+            if claimed != "claimed" or not _reserve(conn, case.trial_id, case.case_id, micros, "reserve", at).applied:
+                return claimed, False
+            return claimed, conn.execute(*sq(c.DISPATCHED, case.case_id, case.owner)).rowcount == 1
 
         return await self._write(fn)
 
@@ -377,6 +355,20 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
 
         return await self._run(fn)
 
+    async def fold_inputs(self, trial_id: str) -> FoldInputs | None:
+        def fn(conn: sqlite3.Connection) -> FoldInputs | None:
+            conn.execute("BEGIN")  # one read transaction, as for a snapshot
+            try:
+                record = _trial(conn, trial_id)
+                if record is None:
+                    return None
+                first = conn.execute(*sq(c.FIRST_SLOT, trial_id, False)).fetchone()
+                return FoldInputs(record, _score_counts(conn, trial_id), int(first["n"]), int(first["first"]))
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._run(fn)
+
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """A trial and its figures read together, so they agree with each other."""
 
@@ -443,6 +435,115 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         return await self._write(lambda conn: _enqueue(conn, records, now))
 
 
+class _Writes:
+    """Group commit: writes asked for on any event loop, run on the store's thread in groups.
+
+    :meth:`ask` queues a write and, unless a flush is already waiting on the store's thread,
+    submits one. A flush takes every write queued by the time it starts, so the writes asked
+    for while the thread was busy (the previous group, a read) go in one transaction. Results
+    are handed back with one ``call_soon_threadsafe`` per loop per group. A write whose caller
+    was cancelled before its group started is not run (as a job never started by an executor)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._due = False  # a flush is submitted and has not taken the queue yet
+
+    async def ask(self, fn: Callable[[sqlite3.Connection], T], executor: ThreadPoolExecutor,
+                  conn: sqlite3.Connection) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            self._queue.append((fn, fut))
+            submit = not self._due
+            self._due = True
+        if submit:
+            # At the end of this turn of the loop, so the writes the other tasks ask for in the
+            # same turn join the group: each hand-off wakes the store's thread, which on a busy
+            # core is a switch there and back (and a GIL handover).
+            loop.call_soon(self._submit, executor, conn)
+        return await fut
+
+    def _submit(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        try:
+            executor.submit(self._flush, conn)
+        except BaseException as exc:  # the store closed meanwhile: nothing will run what is queued
+            with self._lock:
+                group, self._queue = self._queue, []
+                self._due = False
+            _settle([(fut, False, exc) for _, fut in group])
+
+    def _flush(self, conn: sqlite3.Connection) -> None:
+        """On the store's thread: run what is queued as one transaction, then hand back."""
+        with self._lock:
+            group, self._queue = self._queue, []
+            self._due = False
+        group = [(fn, fut) for fn, fut in group if not fut.cancelled()]
+        if not group:
+            return
+        outcomes = run_group(conn, [fn for fn, _ in group])
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        for (_, fut), (ok, value) in zip(group, outcomes):
+            by_loop.setdefault(fut.get_loop(), []).append((fut, ok, value))
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # that loop is closed: nobody waits for these any more
+                pass
+
+
+def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+    """Run ``fns`` in one ``BEGIN IMMEDIATE`` transaction, each in a savepoint of its own; per
+    write, (True, its result) or (False, what it raised). A write that raises is rolled back to
+    its savepoint alone. If the transaction itself fails (the write lock not had, the commit
+    refused, or SQLite rolled it back under a write), every write fails with that error: none
+    of them is committed."""
+    single = len(fns) == 1  # the transaction is the write: no savepoint needed
+    out: list[tuple[bool, Any]] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except BaseException as exc:
+        return [(False, exc)] * len(fns)
+    try:
+        for fn in fns:
+            if not single:
+                conn.execute("SAVEPOINT w")
+            try:
+                result = fn(conn)
+            except Exception as exc:
+                if not conn.in_transaction:  # SQLite ended the transaction: the group is lost
+                    raise
+                if single:
+                    conn.execute("ROLLBACK")
+                    return [(False, exc)]
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+                out.append((False, exc))
+                continue
+            if not single:
+                conn.execute("RELEASE w")
+            out.append((True, result))
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        return [(False, exc)] * len(fns)
+    return out
+
+
+def _settle(settled: Sequence[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in settled:
+        if fut.cancelled():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
 def _enable_wal(conn: sqlite3.Connection, deadline_s: float = 30.0) -> None:
     """Switch to WAL. Several processes opening one fresh file at once can get an
     immediate "database is locked" here (the switch does not wait on the busy
@@ -490,6 +591,45 @@ def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> No
     for ids in chunks(case_ids):
         rows = conn.execute(*sq(reports.FINISHED, ids)).fetchall()
         _enqueue(conn, [reports.indeterminate_record(r) for r in rows], now)
+
+
+def _claim(conn: sqlite3.Connection, case: CaseStart) -> ClaimOutcome:
+    # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
+    if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
+        return "duplicate"
+    row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
+    if row is None:
+        return "not_running"
+    ended = ended_outcome(row["status"])
+    if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
+        return "duplicate"
+    if ended is not None:
+        _bump(conn, case.trial_id, ended, 1)
+        return "not_running"
+    if case.segment_values:
+        track_segments(conn, case)
+    return "claimed"
+
+
+def _reserve(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int, kind: LedgerKind,
+             at: float) -> ReserveResult:
+    # The cap's check and the reservation are one statement, under the write lock. Only
+    # an unfinished case of this trial may reserve: a finished (or recovered) case is
+    # never released again, so its reservation would stay on the trial for good.
+    cur = conn.execute(
+        "UPDATE trials SET reserved_micros = reserved_micros + ? "
+        "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
+        "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
+        (micros, trial_id, micros, case_id, trial_id),
+    )
+    applied = cur.rowcount == 1
+    if applied:
+        conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
+        conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
+    row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
+    if row is None:
+        return ReserveResult(False, 0, 0, 0, "missing")
+    return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
 
 
 def _trial(conn: sqlite3.Connection, trial_id: str) -> TrialRecord | None:

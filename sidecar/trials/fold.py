@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.bootstrap import bootstrap_identity
-from policies.judge_health import JudgeHealth, JudgeHealthState, SlotJudgment, judge_health
+from policies.judge_health import JudgeHealth, JudgeHealthState, SlotJudgment, health_state, judge_health
 from policies.sequence import SequenceState
 from policies.stream import StreamState, fold_cases, is_stream_state
 from policies.verdict import Evaluation, evaluate
@@ -71,9 +71,16 @@ async def fold_trial(
     record: TrialRecord,
     counts: Mapping[float, int],
     judgments: Sequence[JudgmentRow] | None = None,
+    *,
+    first_slot: tuple[int, int] | None = None,
 ) -> Folded:
     """Evaluate ``counts`` (and judge health from ``judgments``) folded into the
     states stored on ``record``, and keep the new states with the trial.
+
+    ``first_slot`` — (decisive primary judgments, those the answer shown first won), as
+    the store counts them (:meth:`~sidecar.store.base.ReadModel.fold_inputs`) — keeps the
+    judge-health state as ``judgments`` would, without them (``health`` is then None):
+    the engine's fold, whose cost must not grow with the trial.
 
     ``record`` may be stale (read before ``counts``, or long ago): a refused
     save re-reads the states. A state is saved only when folding changed it,
@@ -82,14 +89,23 @@ async def fold_trial(
     slots = None if judgments is None else [slot_judgment(r) for r in judgments]
     seq_text, health_text = record.sequence_state, record.judge_health_state
     ev, new_seq, new_n = await _fold_sequence(store, record, counts, seq_text)
-    health = None if slots is None else _health(record, slots, health_text)
+
+    def fold_health(text: str | None) -> tuple[JudgeHealth | None, JudgeHealthState | None]:
+        if slots is not None:
+            h = _health(record, slots, text)
+            return h, h.state
+        if first_slot is not None:
+            return None, _health_state(record, first_slot, text)
+        return None, None
+
+    health, health_state_ = fold_health(health_text)
     for _ in range(MAX_ATTEMPTS):
         seq_write = None if new_seq == seq_text else KeptState(new_seq, new_n, seq_text)
         health_write = None
-        if health is not None:
-            new_health = _text(health.state.to_dict())
+        if health_state_ is not None:
+            new_health = _text(health_state_.to_dict())
             if new_health != health_text:
-                health_write = KeptState(new_health, health.state.decisive, health_text)
+                health_write = KeptState(new_health, health_state_.decisive, health_text)
         if seq_write is None and health_write is None:
             return Folded(ev, health, kept=True)
         after = await store.save_states(record.id, sequence=seq_write, judge_health=health_write)
@@ -105,11 +121,11 @@ async def fold_trial(
             if seq_text != seq_write.text:
                 stuck |= seq_text == seq_write.folded_from
                 ev, new_seq, new_n = await _fold_sequence(store, record, counts, seq_text)
-        if health_write is not None and slots is not None:
+        if health_write is not None:
             health_text = after.judge_health_state
             if health_text != health_write.text:
                 stuck |= health_text == health_write.folded_from
-                health = _health(record, slots, health_text)
+                health, health_state_ = fold_health(health_text)
         if stuck:
             log.warning("trial %s: a kept state has a larger count than this fold; this look was not kept", record.id)
             return Folded(ev, health, kept=False)
@@ -218,6 +234,17 @@ def _health(record: TrialRecord, slots: Sequence[SlotJudgment], stored: str | No
     except (ValueError, KeyError, TypeError) as exc:
         _unusable(record, "judge-health", exc)
         return judge_health(slots)
+
+
+def _health_state(record: TrialRecord, first_slot: tuple[int, int], stored: str | None) -> JudgeHealthState:
+    decisive, first = first_slot
+    if stored is None:
+        return health_state(first, decisive)
+    try:
+        return health_state(first, decisive, prior=JudgeHealthState.from_dict(json.loads(stored)))
+    except (ValueError, KeyError, TypeError) as exc:
+        _unusable(record, "judge-health", exc)
+        return health_state(first, decisive)
 
 
 def _unusable(record: TrialRecord, what: str, exc: Exception) -> None:

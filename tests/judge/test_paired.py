@@ -7,7 +7,7 @@ import pytest
 from judge.completer import Completion, ScriptedCompleter
 from judge.errors import InvalidArgument, UnknownRubric, UnsupportedParserVersion
 from judge.order import Order
-from judge.paired import MAX_CALLS_PER_JUDGMENT, PairedJudge, judge_input_upper_bound
+from judge.paired import MAX_CALLS_PER_JUDGMENT, JudgeInputBound, PairedJudge, _messages, _texts, judge_input_upper_bound
 from judge.prompt import RETRY_TEXT
 from judge.version import JudgeSpec, judge_version
 
@@ -138,3 +138,24 @@ async def test_upper_bound_covers_every_call_made() -> None:
     for call in completer.calls:
         sent = sum(len(str(m["content"]).encode("utf-8")) for m in call["messages"])  # type: ignore[attr-defined]
         assert sent <= bound
+
+
+@pytest.mark.parametrize("incumbent, candidate", [("", ""), (INCUMBENT, CANDIDATE), ("é ✓ 日本語", "🙂" * 7)])
+def test_the_bound_rendered_once_is_the_bound_of_each_rendered_pair(incumbent: str, candidate: str) -> None:
+    """The engine renders a case's conversation once (:class:`JudgeInputBound`) and bounds the
+    pair before and after its candidate answers: the same figure as rendering every pair in
+    either order, multi-byte answers included."""
+    from judge.order import ORDERS
+    from judge.prompt import render_retry_messages
+    from judge.rubric import get_rubric
+    from policies.money import input_tokens_upper_bound
+
+    conversation = CONVERSATION + [{"role": "assistant", "content": "Ça va — très bien."},
+                                   {"role": "user", "content": [{"type": "text", "text": "Encore ✓"}]}]
+    rendered = max(
+        input_tokens_upper_bound(*_texts(r), messages=len(r))
+        for r in (render_retry_messages(_messages(get_rubric(SPEC.rubric_id).text, conversation, incumbent,
+                                                  candidate, order), first_reply="") for order in ORDERS)
+    ) + SPEC.max_tokens
+    assert JudgeInputBound(conversation, SPEC).bound(incumbent, candidate) == rendered
+    assert judge_input_upper_bound(conversation, incumbent, candidate, SPEC) == rendered

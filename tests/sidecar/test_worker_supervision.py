@@ -136,7 +136,7 @@ async def test_each_worker_of_a_sidecar_killed_in_turn_is_restarted(
         await kill("engine-heartbeat", fail_once(store, "heartbeat"))
         await kill("engine-sweep", fail_once(store, "recover_expired"))
         await kill("engine-account", fail_once(engine.watermark, "mark"))
-        fired = fail_once(store, "snapshot")  # folding the cases just judged
+        fired = fail_once(store, "fold_inputs")  # folding the cases just judged (what the fold reads)
         await kill("engine-fold", fired, lambda: h.send([exchange(2), exchange(3)]))
         # An engine worker, killed by a case whose post-finish hook fails.
         await poisoned_worker_restarted(h)

@@ -407,6 +407,42 @@ async def test_snapshot_figures_agree(store: Store) -> None:
     }
 
 
+async def test_fold_inputs_count_decisive_primary_judgments_and_first_slot_wins(store: Store) -> None:
+    assert await store.fold_inputs("nope") is None
+    await store.create_trial(trial("t1"))
+    winners = {"c1": ("A", "verdict", False), "c2": ("B", "verdict", False), "c3": (None, "verdict", False),
+               "c4": ("A", "error", False), "c5": ("A", "verdict", True), "c6": ("A", "verdict", False)}
+    for cid, (slot, outcome, audit) in winners.items():
+        await store.claim_case(start(cid))
+        await store.finish_case(finish(cid, judgments=[judgment(f"j-{cid}", cid, winner_slot=slot, outcome=outcome,
+                                                                is_audit=audit)]), "A")
+    got = await store.fold_inputs("t1")
+    assert got is not None
+    assert got.record == await store.get_trial("t1") and got.score_counts == await store.score_counts("t1")
+    assert (got.decisive, got.first_slot_wins) == (3, 2)  # c1, c2, c6: no tie, failure or audit
+
+
+async def test_claim_and_reserve_claims_reserves_and_dispatches_in_one_call(store: Store) -> None:
+    """What a case does before its candidate call, as one store call: claimed, reserved (one
+    conditional update against the cap) and dispatched; a reservation the cap refuses leaves
+    the case claimed; a re-delivery is a duplicate; a case of an ended trial is counted."""
+    await store.create_trial(trial("t1", cap_micros=1_500))
+    assert await store.claim_and_reserve(start("c1"), 1_000, at=1.0) == ("claimed", True)
+    assert await store.claim_and_reserve(start("c2"), 1_000, at=1.0) == ("claimed", False)  # 2000 > cap
+    assert await store.claim_and_reserve(start("c1"), 1_000, at=1.0) == ("duplicate", False)
+    cases = {c["id"]: (c["state"], c["reserved_micros"]) for c in await store.cases("t1")}
+    assert cases == {"c1": ("dispatched", 1_000), "c2": ("claimed", 0)}
+    record = await store.get_trial("t1")
+    assert record is not None and record.reserved_micros == 1_000
+    assert [(e.case_id, e.kind, e.micros) for e in await store.ledger("t1")] == [("c1", "reserve", 1_000)]
+    assert await store.finish_case(finish("c1", charged=400), "A")
+    assert (await store.reserve("t1", "c2", 1_000, kind="reserve", at=2.0)).applied  # room again: the long way
+    await store.set_trial_status("t1", "stopped", "by hand", ended=True, now=3.0)
+    assert await store.claim_and_reserve(start("c3"), 10, at=4.0) == ("not_running", False)
+    snap = await store.snapshot("t1")
+    assert snap is not None and snap.funnel == {"judged": 1, "shed_stopped": 1}
+
+
 async def test_total_spend_with_and_without_teams(store: Store) -> None:
     assert await store.total_spend() == {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0}
     for tid, team in (("t1", "a"), ("t2", "a"), ("t3", "b")):

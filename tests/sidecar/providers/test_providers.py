@@ -565,3 +565,95 @@ async def test_chat_after_aclose_raises() -> None:
     await provider.aclose()
     with pytest.raises(ProviderClosedError):
         await provider.chat(ask())
+
+
+async def test_the_transport_answers_alike_through_httpx_and_through_its_own_post() -> None:
+    """The clients drive :class:`AiohttpTransport` through ``post`` (no httpx request and response
+    per call); behind an ``httpx.AsyncClient`` it answers the same: status, headers sent as
+    given, body decoded (gzip), a broken body refused as httpx's ``DecodingError``."""
+    from sidecar.providers.transport import AiohttpTransport
+
+    got: list[tuple[str | None, bytes]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        got.append((request.headers.get("X-Probe"), await request.read()))
+        body = b"not gzip" if request.headers.get("X-Broken") else gzip.compress(OK_BODY)
+        return web.Response(body=body, status=201, headers={"Content-Encoding": "gzip", "Retry-After": "3"})
+
+    timeout = httpx.Timeout(5.0).as_dict()
+    async with serve(handler) as base:
+        url = base + "/chat/completions"
+        transport = AiohttpTransport(httpx.Limits(max_connections=2))
+        try:
+            direct = await transport.post(url, [("X-Probe", "p1")], b"one", timeout)
+            with pytest.raises(httpx.DecodingError):
+                await transport.post(url, [("X-Broken", "1")], b"y", timeout)
+            async with httpx.AsyncClient(transport=transport, timeout=5.0) as client:  # closes the transport
+                via_httpx = await client.post(url, content=b"two", headers={"X-Probe": "p2"})
+                with pytest.raises(httpx.DecodingError):
+                    await client.post(url, content=b"x", headers={"X-Broken": "1"})
+        finally:
+            await transport.aclose()
+    assert (direct.status_code, direct.content, direct.headers.get("retry-after")) == (201, OK_BODY, "3")
+    assert (via_httpx.status_code, via_httpx.content, via_httpx.headers.get("retry-after")) == (201, OK_BODY, "3")
+    assert [got[0], got[2]] == [("p1", b"one"), ("p2", b"two")]
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked", "chunked-trailers", "close", "interim"])
+async def test_plain_http_answers_are_read_whole_in_every_framing_and_connections_reused(framing: str) -> None:
+    """The lean client of plain-http upstreams (``sidecar/providers/h1.py``) reads an answer framed
+    by Content-Length, chunks (with or without trailers) or the connection's end, skips a 1xx
+    interim answer, and keeps a connection for the next call unless the answer ended it."""
+    from sidecar.providers.transport import AiohttpTransport
+
+    connections = 0
+    ended: list[int] = []
+    body = b'{"a": "' + b"x" * 3000 + b'"}'
+
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            if framing == "interim":
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if framing in ("length", "interim"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            elif framing.startswith("chunked"):
+                chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 1000]), body[i:i + 1000]) for i in range(0, len(body), 1000))
+                end = b"0\r\nX-Trailer: 1\r\n\r\n" if framing == "chunked-trailers" else b"0\r\n\r\n"
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                await writer.drain()
+                for i in range(0, len(chunks + end), 700):  # in pieces, so the parser waits mid-chunk
+                    writer.write((chunks + end)[i:i + 700])
+                    await writer.drain()
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+                await writer.drain()
+                break
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except ConnectionError:
+            pass
+        ended.append(1)
+
+    server = await asyncio.start_server(serve_one, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+    transport = AiohttpTransport(httpx.Limits(max_connections=2))
+    try:
+        replies = [await transport.post(url, [("host", "x")], b"{}", httpx.Timeout(5.0).as_dict()) for _ in range(3)]
+    finally:
+        await transport.aclose()
+        server.close()
+        await server.wait_closed()
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(ended) < connections and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # each connection's handler sees the client's end
+    assert [(r.status_code, r.content) for r in replies] == [(200, body)] * 3
+    assert connections == (3 if framing == "close" else 1)

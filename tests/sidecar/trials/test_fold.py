@@ -184,3 +184,40 @@ async def test_a_fold_refused_for_its_smaller_count_gives_up_at_once(
     assert not folded.kept and folded.evaluation.verdict == "inconclusive"
     assert "larger count" in caplog.text
     assert (await store.get_trial("t1")) == stored
+
+
+async def test_the_engines_fold_from_store_counts_keeps_the_judge_health_the_judgments_give(
+    store: SQLiteStore,
+) -> None:
+    """The engine folds from :meth:`fold_inputs` (the store counts decisive primary judgments and
+    slot A's wins) instead of reading every judgment: the judge-health state it keeps is the one a
+    fold of the judgments themselves keeps — audits, ties and failures left out alike."""
+    from tests.store.factories import finish, start
+
+    texts = []
+    for tid in ("t1", "t2"):
+        await store.create_trial(trial(tid, expected_cases=1000, min_cases=20, delta=0.05))
+        for i in range(120):
+            cid = f"{tid}-c{i}"
+            assert await store.claim_case(start(cid, trial_id=tid)) == "claimed"
+            rows = [judgment(f"{cid}-p", cid, trial_id=tid, order="candidate_first" if i % 2 else "incumbent_first",
+                             winner_slot=("A" if i < 85 else "B") if i % 10 else None,  # every tenth a tie
+                             outcome="error" if i % 17 == 0 else "verdict")]
+            if i % 5 == 0:  # audited: the swap's winner must not count
+                rows.append(judgment(f"{cid}-a", cid, trial_id=tid, is_audit=True, winner_slot="A"))
+            assert await store.finish_case(finish(cid, trial_id=tid, judgments=rows), "A")
+    got = await store.fold_inputs("t1")
+    assert got is not None
+    decisive = [i for i in range(120) if i % 10 and i % 17]
+    assert (got.decisive, got.first_slot_wins) == (len(decisive), sum(1 for i in decisive if i < 85))
+    counted = await fold_trial(store, got.record, got.score_counts, first_slot=(got.decisive, got.first_slot_wins))
+    assert counted.health is None
+    snap = await store.snapshot("t2")
+    assert snap is not None
+    read = await fold_trial(store, snap.record, snap.score_counts, snap.judgments)
+    assert read.health is not None and read.health.flagged  # the rows make a biased judge: the state says so
+    for tid in ("t1", "t2"):
+        kept = await store.get_trial(tid)
+        assert kept is not None and kept.judge_health_state is not None
+        texts.append(kept.judge_health_state)
+    assert texts[0] == texts[1]

@@ -1,0 +1,103 @@
+"""The SQLite store's group commit (:class:`sidecar.store.sqlite._Writes`): the writes asked for
+while its thread is busy are one transaction, each in a savepoint of its own; one that raises
+is rolled back alone; a process that dies mid-group loses the whole group, and crash recovery
+then gives every case of it exactly one funnel outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+
+from sidecar.store.sqlite import SQLiteStore
+from tests.store.factories import finish, start, trial
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    s = SQLiteStore(str(tmp_path / "store.db"))
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def _as_one_group(store: SQLiteStore, *writes: Any) -> list[Any]:
+    """Run the coroutines ``writes`` while the store's thread is held, so they form one group."""
+    held = threading.Event()
+    assert store._executor is not None
+    store._executor.submit(held.wait)
+    tasks = [asyncio.ensure_future(w) for w in writes]
+    while len(store._writes._queue) < len(tasks):
+        await asyncio.sleep(0)  # a yield, not a wait: each task queues its write at its first step
+    held.set()
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+async def test_writes_asked_for_together_commit_in_one_transaction(store: SQLiteStore) -> None:
+    traced: list[str] = []
+    await store._run(lambda conn: conn.set_trace_callback(traced.append))
+    got = await _as_one_group(store, store.create_trial(trial("t1")), store.create_trial(trial("t2")),
+                              store.heartbeat("A", now=0.0, lease_s=5.0))
+    await store._run(lambda conn: conn.set_trace_callback(None))
+    assert [type(g).__name__ for g in got] == ["TrialRecord", "TrialRecord", "NoneType"]
+    assert traced.count("BEGIN IMMEDIATE") == 1 and traced.count("COMMIT") == 1
+    assert {t.id for t in await store.list_trials()} == {"t1", "t2"}
+
+
+async def test_a_write_that_raises_is_rolled_back_alone(store: SQLiteStore) -> None:
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO owners (owner, lease_until, started_at) VALUES ('half', 1, 0)")
+        raise ValueError("boom")
+
+    got = await _as_one_group(store, store.create_trial(trial("t1")), store._write(half_then_fail),
+                              store.create_trial(trial("t2")))
+    assert isinstance(got[1], ValueError) and not isinstance(got[0], BaseException)
+    assert {t.id for t in await store.list_trials()} == {"t1", "t2"}
+    owners = await store._run(lambda conn: conn.execute("SELECT owner FROM owners").fetchall())
+    assert owners == []  # the failed write's first statement was undone with it
+
+
+async def test_a_lone_write_that_raises_commits_nothing(store: SQLiteStore) -> None:
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO owners (owner, lease_until, started_at) VALUES ('half', 1, 0)")
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        await store._write(half_then_fail)
+    assert await store._run(lambda conn: conn.execute("SELECT owner FROM owners").fetchall()) == []
+    await store.create_trial(trial("t1"))  # the connection is out of the failed transaction
+    assert [t.id for t in await store.list_trials()] == ["t1"]
+
+
+async def test_a_crash_mid_group_loses_no_case_outcome(tmp_path: Path) -> None:
+    """Two cases' finishes and then a process death in one group: neither finish is kept (no
+    half of a group is), and recovery finishes both cases indeterminate — each with exactly
+    one funnel outcome, their reservations held as unknown spend, none left reserved."""
+    path = str(tmp_path / "store.db")
+    proc = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "tests.store.group_crash_worker", path],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    store = SQLiteStore(path)
+    await store.open()
+    try:
+        before = {c["id"]: (c["state"], c["outcome"]) for c in await store.cases("t1")}
+        assert before == {"c1": ("dispatched", None), "c2": ("dispatched", None)}
+        recovered = await store.recover_expired(10.0)
+        assert sorted(recovered) == ["c1", "c2"]
+        snap = await store.snapshot("t1")
+        assert snap is not None
+        assert snap.funnel == {"indeterminate": 2}
+        assert (snap.record.reserved_micros, snap.record.spent_micros) == (0, 2000)
+        assert {c["id"]: c["outcome"] for c in await store.cases("t1")} == {"c1": "indeterminate", "c2": "indeterminate"}
+    finally:
+        await store.close()
