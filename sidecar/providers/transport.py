@@ -44,9 +44,7 @@ Contract of :class:`AiohttpTransport`:
 the URL, the header pairs and the body as they are sent (built once per call), and a
 :class:`Reply` back (status, headers, body decoded as httpx would) — without an
 ``httpx.Request`` and ``httpx.Response`` around each attempt, whose header normalising and
-stream machinery cost about a fifth of a call's CPU. To a plain-``http`` URL it goes over
-:mod:`sidecar.providers.h1` (one write and a parse per call on a kept-alive connection, the
-same contract) rather than aiohttp's client, whose per-request machinery was most of the rest.
+stream machinery cost about a fifth of a call's CPU.
 """
 
 from __future__ import annotations
@@ -58,8 +56,6 @@ from typing import Any
 
 import aiohttp
 import httpx
-
-from sidecar.providers.h1 import H1Pool
 
 _HTTP11 = {"http_version": b"HTTP/1.1"}
 #: Content codings a :class:`Reply`'s body is left as it came in (anything else is decoded by httpx).
@@ -92,8 +88,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._ssl: ssl.SSLContext | None = None
         self._timeouts: dict[tuple[float | None, ...], aiohttp.ClientTimeout] = {}
-        #: Connections of :meth:`post` to plain-http upstreams (:mod:`sidecar.providers.h1`).
-        self._h1: H1Pool | None = None
         self._closed = False
 
     def _open(self) -> aiohttp.ClientSession:
@@ -135,7 +129,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         Raises what :meth:`handle_async_request` raises (the errors carry no request)."""
         status, raw, fields, body = await self._slot("POST", url, url.startswith("https:"), headers, content, timeout,
                                                      None)
-        if (fields.get("Content-Encoding") or "").strip().lower() not in _PLAIN:
+        if fields.get("Content-Encoding", "").strip().lower() not in _PLAIN:
             # Decoded (and refused: httpx.DecodingError) exactly as an httpx.Response would.
             decoded = httpx.Response(status, headers=raw, stream=httpx.ByteStream(body), extensions=_HTTP11)
             body = await decoded.aread()
@@ -176,10 +170,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self, session: aiohttp.ClientSession, method: str, url: str, https: bool, headers: list[tuple[str, str]],
         content: bytes, timeout: dict[str, float | None], request: httpx.Request | None,
     ) -> tuple[int, Any, Any, bytes]:
-        if request is None and not https and method == "POST":  # the clients' own calls to plain http
-            if self._h1 is None:
-                self._h1 = H1Pool(self._keepalive_expiry)
-            return await self._h1.post(url, headers, content, timeout)
         data: bytes | io.BytesIO = io.BytesIO(content) if len(content) > _LARGE_BODY else content
         options: dict[str, Any] = {}
         if https:
@@ -208,8 +198,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the session and its connections. Idempotent."""
         self._closed = True
-        if self._h1 is not None:
-            self._h1.close()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
