@@ -47,6 +47,7 @@ from sidecar.store.records import (
     ReserveResult,
     TeamPosture,
     TrialRecord,
+    TrialProgress,
     TrialSnapshot,
 )
 from sidecar.store.segments_sql import SegmentCase
@@ -229,6 +230,10 @@ class FunnelStore(Protocol):
 class ReadModel(Protocol):
     async def snapshot(self, trial_id: str) -> TrialSnapshot | None:
         """The trial and all its figures from one consistent read."""
+        ...
+
+    async def progress(self, trial_id: str) -> TrialProgress | None:
+        """The trial, its funnel and its case states from one consistent read (no judgments)."""
         ...
 
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...
