@@ -99,7 +99,7 @@ def fmt(x: float | None) -> str:
 
 
 async def main(quick: bool) -> None:
-    graded_items, judged_items = (25, 20) if quick else (200, 83)
+    graded_items, judged_items = (10, 8) if quick else (200, 83)
     print("| run | metric | items x reps | verdict | estimate | 95% interval | band | generation µ$ | "
           "grading µ$ | total µ$ | judge calls |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
