@@ -281,6 +281,10 @@ class Harness:
 
         async def done() -> bool:
             nonlocal view
+            # The trial's progress first (funnel and case states, a light read); the whole view,
+            # which folds every judgment, only once that says done, and it decides.
+            if view and not await self._settled(trial_id, expected_total):
+                return False
             view = await self.trial(trial_id)
             f = view["funnel"]
             return f["total"] >= expected_total and f["in_flight"] == 0 and self.runtime.handoff.depth == 0
@@ -290,3 +294,14 @@ class Harness:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last funnel {view.get('funnel')}, queue depth {self.runtime.handoff.depth}") from None
         return view
+
+    async def _settled(self, trial_id: str, expected_total: int) -> bool:
+        """What :meth:`settle` waits for, from the store's progress read and the unflushed counts."""
+        async with self.runtime.funnel.consistent():
+            progress = await self.runtime.store.progress(trial_id)
+            pending = self.runtime.funnel.pending(trial_id)
+        if progress is None or self.runtime.handoff.depth:
+            return False
+        states = progress.case_states
+        in_flight = states.get("claimed", 0) + states.get("reserved", 0) + states.get("dispatched", 0)
+        return bool(sum(progress.funnel.values()) + sum(pending.values()) >= expected_total and not in_flight)
