@@ -232,10 +232,6 @@ class ReadModel(Protocol):
         """The trial and all its figures from one consistent read."""
         ...
 
-    async def progress(self, trial_id: str) -> TrialProgress | None:
-        """The trial, its funnel and its case states from one consistent read (no judgments)."""
-        ...
-
     async def score_counts(self, trial_id: str) -> dict[float, int]: ...
 
     async def segment_cases(self, trial_id: str) -> list[SegmentCase]:
@@ -248,6 +244,10 @@ class ReadModel(Protocol):
 
     async def judged_keys(self, trial_id: str) -> dict[str, int]:
         """Judged cases per segment key (``other`` included)."""
+        ...
+
+    async def progress(self, trial_id: str) -> TrialProgress | None:
+        """The trial, its funnel and its case states from one consistent read (no judgments)."""
         ...
 
     async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:
