@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: all but null)")
     parser.add_argument("--pin", action="store_true", help=f"pin the proxies to CPU {PROXY_CPU} and the load "
                         f"generator, upstream, sidecar and sink to CPU {HELPER_CPU}")
-    _quick(parser, argv, requests=8, throughput_requests=8, rounds=1, block=8, warmup=1, deadline=300.0)
+    _quick(parser, argv, requests=20, throughput_requests=16, rounds=1, block=8, warmup=3, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 
