@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import tomllib
 from collections.abc import Mapping
@@ -241,10 +240,10 @@ def _apply_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> tuple[d
     """Write ``SHADOWTRIAL_*`` values into ``raw``. Returns (path → variable, unknown variables)."""
     origins: dict[str, str] = {}
     unknown: list[str] = []
+    root = mi.type_info(Config)
     for var in sorted(environ):
         if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
             continue
-        root = _config_type()
         segments = var[len(ENV_PREFIX):].split("__")
         target = _locate(raw, root, segments, var)
         if target is None:
@@ -256,13 +255,6 @@ def _apply_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> tuple[d
         container[key] = _parse_value(environ[var], leaf)
         origins[path] = var
     return origins, unknown
-
-
-@functools.cache
-def _config_type() -> mi.Type:
-    """The config's type tree, built once per process (about 30 ms of CPU each time, and only
-    when an override is set: a sidecar, a CLI command or a test's harness loads a config)."""
-    return mi.type_info(Config)
 
 
 def _locate(

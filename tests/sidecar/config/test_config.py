@@ -228,31 +228,6 @@ def test_overrides_replace_file_values_and_parse_scalars(write: Write) -> None:
     assert config.providers["openai"].kind == "openai"  # the rest of the table is kept
 
 
-def test_the_config_type_tree_is_built_once_and_only_for_an_override(
-    write: Write, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Building it costs ~30 ms of CPU: it was rebuilt on every load, overrides or none.
-    import msgspec.inspect as mi
-
-    from sidecar.config import load as load_module
-
-    built: list[object] = []
-    real = mi.type_info
-
-    def counting(t: object) -> object:
-        built.append(t)
-        return real(t)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(mi, "type_info", counting)
-    load_module._config_type.cache_clear()
-    load(write, OPENAI)
-    assert built == []
-    for size in ("500", "600"):
-        assert load(write, OPENAI, {"SHADOWTRIAL_TAP__QUEUE_SIZE": size}).tap.queue_size == int(size)
-    assert built == [Config]
-    load_module._config_type.cache_clear()  # the next test builds the real one again
-
-
 def test_string_settings_take_the_value_verbatim(write: Write) -> None:
     config = load(write, OPENAI + "[models.m]\nprovider = 'openai'", {
         "SHADOWTRIAL_MODELS__M__MODEL": "1234",
