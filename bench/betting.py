@@ -35,8 +35,8 @@ from policies import betting, confseq  # noqa: E402
 from tests.policies._sim import simulate_case_scores  # noqa: E402
 
 QUICK = "--quick" in sys.argv[1:]
-TRIALS = 40 if QUICK else 2000
-CASES = 600 if QUICK else 5000
+TRIALS = 10 if QUICK else 2000
+CASES = 500 if QUICK else 5000
 FLOOR = 20
 ALPHA = 0.05
 METHODS = ("today: empirical Bernstein, expected_cases 1,000", "**shipped: betting, mixed constant bets, hedged**",

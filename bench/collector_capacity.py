@@ -163,6 +163,6 @@ if __name__ == "__main__":
     p.add_argument("--senders", type=int, default=4)
     p.add_argument("--quick", action="store_true", help="a run of seconds that proves the benchmark works")
     if "--quick" in sys.argv[1:]:  # the suite runs it so (tests/bench/); explicit flags still win
-        p.set_defaults(records=2_000, batch_size=200, senders=2)
+        p.set_defaults(records=600, batch_size=100, senders=2)
     a = p.parse_args()
     asyncio.run(main(a.records, a.batch_size, a.senders))

@@ -14,7 +14,7 @@ Four runs, each a planted gap (the candidate's answers better) and a null (both 
   plans items x 2 x (1 + 5): 83 items (996) is admitted, 200 x 2 (2,400) is refused, and the
   limit is never raised automatically.
 
-Run: ``python bench/corpus_runs.py`` (200 graded items, 83 judged); ``--quick`` runs 25 and 20.
+Run: ``python bench/corpus_runs.py`` (200 graded items, 83 judged); ``--quick`` runs 10 and 8.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def fmt(x: float | None) -> str:
 
 
 async def main(quick: bool) -> None:
-    graded_items, judged_items = (25, 20) if quick else (200, 83)
+    graded_items, judged_items = (10, 8) if quick else (200, 83)
     print("| run | metric | items x reps | verdict | estimate | 95% interval | band | generation µ$ | "
           "grading µ$ | total µ$ | judge calls |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

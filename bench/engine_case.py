@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--otlp", action="store_true", help="export traces and metrics to a loopback OTLP/HTTP sink")
     p.add_argument("--export-interval", type=float, default=5.0, help="metric export interval with --otlp (s)")
     p.add_argument("--sample-ratio", type=float, default=1.0, help="share of cases traced with --otlp (default 1)")
-    _quick(p, argv, cases=60, warmup=10, rounds=1)
+    _quick(p, argv, cases=20, warmup=5, rounds=1)
     args = p.parse_args(argv)
     return asyncio.run(amain(args))
 

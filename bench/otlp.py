@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-request", type=int, default=100, help="exchanges or spans per request (default 100)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
     p.add_argument("--sample-rate", type=float, default=0.05, help="the sampled phases' rate (default 0.05)")
-    benchtap._quick(p, argv, requests=20)
+    benchtap._quick(p, argv, requests=4, per_request=25)
     args = p.parse_args(argv)
     if args.requests < 2 or args.per_request < 1 or args.concurrency < 1 or not 0 <= args.sample_rate <= 1:
         p.error("need --requests >= 2, --per-request >= 1, --concurrency >= 1, 0 <= --sample-rate <= 1")

@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-shape", choices=("candidate", "judge"), default="candidate")
     parser.add_argument("--profile-concurrency", type=int, default=1)
     parser.add_argument("--profile-top", type=int, default=30)
-    _quick(parser, argv, calls=40, rounds=1)
+    _quick(parser, argv, calls=16, rounds=1)
     return asyncio.run(amain(parser.parse_args(argv)))
 
 

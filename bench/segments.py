@@ -41,9 +41,9 @@ from tests.policies._segments_sim import (  # noqa: E402
 from tests.policies._sim import simulate_case_scores  # noqa: E402
 
 QUICK = "--quick" in sys.argv[1:]
-TRIALS = 40 if QUICK else 2000
-CASES = 800 if QUICK else 5000
-BLOCK = 40 if QUICK else 100
+TRIALS = 10 if QUICK else 2000
+CASES = 400 if QUICK else 5000
+BLOCK = 10 if QUICK else 100
 K = 8
 ALPHA = 0.05
 TOLERANCE = 0.05

@@ -1087,8 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
         help="pin the load generator and the tap to CPU 0, the engine's process and the fake provider to CPU 1: "
         "on a 2-core machine, the starvation ratios then show the design, not the two sides' competition for cores",
     )
-    _quick(p, argv, duration=0.3, warmup=0.1, max_requests=300, cases=100, engine_timeout=30.0, idle=0.1,
-           flood_duration=0.5, poll=0.05, workers=4)
+    # --quick: every phase, each as short as still measures something (the suite runs it so).
+    _quick(p, argv, duration=0.2, warmup=0.05, max_requests=40, concurrency=8, cases=100, engine_timeout=30.0,
+           idle=0.05, flood_duration=0.3, poll=0.1, workers=4)
     args = p.parse_args(argv)
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     if not args.phases or not set(args.phases) <= {"ingest", "starvation", "cpu"}:

@@ -30,7 +30,7 @@ from tests.policies.test_corpus_verdicts import _vectorised_false_direction  # n
 
 #: ``--quick`` divides every trial count by this: figures not for reading, a run that shows the
 #: tables still compute (tests/bench/ runs every benchmark so).
-QUICK = 50 if "--quick" in sys.argv[1:] else 1
+QUICK = 200 if "--quick" in sys.argv[1:] else 1
 
 
 def se(p: float, n: int) -> float:

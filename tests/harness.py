@@ -14,10 +14,13 @@ table's TOML instead, or ``auth=lambda kit: ...`` builds it from the :class:`Aut
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
+import certifi
 import httpx
 
 from sidecar.app import Sidecar
@@ -33,6 +36,14 @@ CANDIDATE = "cand-model"
 JUDGE = "judge-model"
 
 PRICES = {INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)}
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One default TLS context for every test client: httpx builds one per client otherwise, and
+    loading the CA bundle costs ~50 ms of CPU each time, twice per harness (the clients are plain
+    HTTP on loopback, so it is never used; verification stays on for any client that would)."""
+    return ssl.create_default_context(cafile=certifi.where())  # httpx's own default
 
 
 def default_models() -> dict[str, FakeModel]:
@@ -136,9 +147,13 @@ async def wait_for(
 ) -> None:
     """Poll ``predicate`` until true or the deadline passes (no fixed sleeps).
 
-    With ``wake`` (e.g. the runtime's progress event), check again when it is set,
-    and at least every quarter second; otherwise every 20 ms."""
+    With ``wake`` (e.g. the runtime's progress event), check again when it is set, and at least
+    every quarter second; otherwise on a timer. The gap between two checks backs off from 10 ms
+    (to :data:`MAX_GAP_S` when woken, :data:`MAX_TIMER_GAP_S` on the timer): a predicate that
+    reads a trial's view costs milliseconds, and checking it on every finished case of a
+    2,000-case run cost more CPU than the cases did."""
     deadline = time.monotonic() + timeout
+    gap = MIN_GAP_S
     while True:
         if wake is not None:
             wake.clear()
@@ -146,13 +161,21 @@ async def wait_for(
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        if wake is None:
-            await asyncio.sleep(0.02)
-        else:
+        await asyncio.sleep(gap)  # the least time to the next check (progress during it is kept)
+        if wake is not None and not wake.is_set():
             try:
-                await asyncio.wait_for(wake.wait(), timeout=0.25)
+                await asyncio.wait_for(wake.wait(), timeout=max(0.0, 0.25 - gap))
             except asyncio.TimeoutError:
                 pass
+        gap = min(gap * 1.5, MAX_GAP_S if wake is not None else MAX_TIMER_GAP_S)
+
+
+#: Backoff bounds of :func:`wait_for` between two checks of its predicate: woken by progress,
+#: up to MAX_GAP_S; on a timer alone, up to MAX_TIMER_GAP_S (a short-lived state a test waits
+#: for, such as a call held in flight, is still seen).
+MIN_GAP_S = 0.01
+MAX_GAP_S = 0.2
+MAX_TIMER_GAP_S = 0.05
 
 
 class Harness:
@@ -200,8 +223,9 @@ class Harness:
         self.sidecar = Sidecar(self.config, hooks=self.hooks, telemetry=self.telemetry, **runtime_kw)
         await self.sidecar.start()
         headers = {"Authorization": f"Bearer {self.auth.token()}"} if self.auth is not None else None
-        self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0, headers=headers)
-        self.tap = httpx.AsyncClient(base_url=self.sidecar.tap_url, timeout=30.0)
+        self.admin = httpx.AsyncClient(base_url=self.sidecar.admin_url, timeout=30.0, headers=headers,
+                                       verify=tls_context())
+        self.tap = httpx.AsyncClient(base_url=self.sidecar.tap_url, timeout=30.0, verify=tls_context())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -261,6 +285,10 @@ class Harness:
 
         async def done() -> bool:
             nonlocal view
+            # The trial's progress first (funnel and case states, a light read); the whole view,
+            # which folds every judgment, only once that says done, and it decides.
+            if view and not await self._settled(trial_id, expected_total):
+                return False
             view = await self.trial(trial_id)
             f = view["funnel"]
             return f["total"] >= expected_total and f["in_flight"] == 0 and self.runtime.handoff.depth == 0
@@ -270,3 +298,14 @@ class Harness:
         except AssertionError as exc:
             raise AssertionError(f"{exc}; last funnel {view.get('funnel')}, queue depth {self.runtime.handoff.depth}") from None
         return view
+
+    async def _settled(self, trial_id: str, expected_total: int) -> bool:
+        """What :meth:`settle` waits for, from the store's progress read and the unflushed counts."""
+        async with self.runtime.funnel.consistent():
+            progress = await self.runtime.store.progress(trial_id)
+            pending = self.runtime.funnel.pending(trial_id)
+        if progress is None or self.runtime.handoff.depth:
+            return False
+        states = progress.case_states
+        in_flight = states.get("claimed", 0) + states.get("reserved", 0) + states.get("dispatched", 0)
+        return bool(sum(progress.funnel.values()) + sum(pending.values()) >= expected_total and not in_flight)

@@ -186,7 +186,9 @@ class ReplayFeeder:
     async def _end(self, record: TrialRecord) -> None:
         """Once every fed exchange has its outcome, end the trial (window exhausted)."""
         while True:
-            snap = await self._store.snapshot(record.id)
+            # The funnel and case states only: a snapshot reads every judgment, a cost that grew
+            # with the replay at every poll.
+            snap = await self._store.progress(record.id)
             if snap is None or snap.record.status != "running":
                 return
             counted = sum(snap.funnel.values()) + sum(self._funnel.pending(record.id).values())

@@ -48,6 +48,7 @@ from sidecar.store.records import (
     ReserveResult,
     TeamPosture,
     TrialRecord,
+    TrialProgress,
     TrialSnapshot,
 )
 from sidecar.store.segments_sql import SegmentCase
@@ -257,6 +258,10 @@ class ReadModel(Protocol):
 
     async def judged_keys(self, trial_id: str) -> dict[str, int]:
         """Judged cases per segment key (``other`` included)."""
+        ...
+
+    async def progress(self, trial_id: str) -> TrialProgress | None:
+        """The trial, its funnel and its case states from one consistent read (no judgments)."""
         ...
 
     async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:

@@ -51,6 +51,7 @@ from sidecar.store.records import (
     PostureWrite,
     ReserveResult,
     TeamPosture,
+    TrialProgress,
     TrialRecord,
     TrialSnapshot,
     ended_outcome,
@@ -434,6 +435,18 @@ class PostgresStore(PostgresWatches, PostgresRetention):
                 case_states={r["state"]: r["n"] for r in await conn.fetch(*pg(c.STATES, trial_id))},
                 judgments=[c.judgment(r) for r in await conn.fetch(*pg(c.JUDGMENTS, trial_id))],
                 paired=paired_figures([c.paired_row(r) for r in await conn.fetch(*pg(c.PAIRED, trial_id))]),
+            )
+
+    async def progress(self, trial_id: str) -> TrialProgress | None:
+        """The trial, its funnel and its case states from one snapshot (no judgments)."""
+        async with self._open_pool().acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+            record = await _trial(conn, trial_id)
+            if record is None:
+                return None
+            return TrialProgress(
+                record=record,
+                funnel={r["outcome"]: r["n"] for r in await conn.fetch(*pg(c.FUNNEL, trial_id))},
+                case_states={r["state"]: r["n"] for r in await conn.fetch(*pg(c.STATES, trial_id))},
             )
 
     async def total_spend(self, *, teams: Sequence[str] | None = None) -> dict[str, int]:

@@ -359,3 +359,14 @@ class RetainedSelection:
     route: str | None = None
     gateway: str | None = None
     kept_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrialProgress:
+    """A trial with its funnel and case states, read in one transaction: what a waiter for the
+    trial's cases to finish needs, without the judgments a :class:`TrialSnapshot` reads (their
+    cost grows with every judged case)."""
+
+    record: TrialRecord
+    funnel: dict[str, int]
+    case_states: dict[str, int]

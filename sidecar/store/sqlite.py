@@ -43,6 +43,7 @@ from sidecar.store.records import (
     PostureWrite,
     ReserveResult,
     TeamPosture,
+    TrialProgress,
     TrialRecord,
     TrialSnapshot,
 )
@@ -385,6 +386,25 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
                     case_states={r["state"]: r["n"] for r in conn.execute(*sq(c.STATES, trial_id))},
                     judgments=[c.judgment(r) for r in conn.execute(*sq(c.JUDGMENTS, trial_id))],
                     paired=paired_figures([c.paired_row(r) for r in conn.execute(*sq(c.PAIRED, trial_id))]),
+                )
+            finally:
+                conn.execute("COMMIT")
+
+        return await self._run(fn)
+
+    async def progress(self, trial_id: str) -> TrialProgress | None:
+        """The trial, its funnel and its case states in one read transaction (no judgments)."""
+
+        def fn(conn: sqlite3.Connection) -> TrialProgress | None:
+            conn.execute("BEGIN")
+            try:
+                record = _trial(conn, trial_id)
+                if record is None:
+                    return None
+                return TrialProgress(
+                    record=record,
+                    funnel={r["outcome"]: r["n"] for r in conn.execute(*sq(c.FUNNEL, trial_id))},
+                    case_states={r["state"]: r["n"] for r in conn.execute(*sq(c.STATES, trial_id))},
                 )
             finally:
                 conn.execute("COMMIT")

@@ -190,6 +190,11 @@ async def test_claim_then_duplicate_then_not_running(store: Store) -> None:
     assert (cases["c4"]["state"], cases["c4"]["outcome"], cases["c4"]["charged_micros"]) == ("finished", "shed_stopped", 0)
     snap = await store.snapshot("t1")
     assert snap is not None and snap.funnel == {"shed_stopped": 1}
+    # The light read (a replay's wait for its cases) agrees with the snapshot on what it reads.
+    progress = await store.progress("t1")
+    assert progress is not None and (progress.record, progress.funnel, progress.case_states) == (
+        snap.record, snap.funnel, snap.case_states)
+    assert await store.progress("nope") is None
     await store.create_trial(trial("t2"))
     await store.set_trial_status("t2", "cap_reached", "cap", ended=True, now=3.0)
     assert await store.claim_case(start("c7", trial_id="t2", exchange_id="x7")) == "not_running"

@@ -43,6 +43,11 @@ async def ended(h: Harness, trial_id: str, timeout: float = 240.0) -> dict[str, 
 
     async def done() -> bool:
         nonlocal view
+        # The stored status first (a point read); the whole view, which folds every judgment,
+        # once it has changed.
+        record = await h.runtime.store.get_trial(trial_id)
+        if record is not None and record.status == "running":
+            return False
         view = await h.trial(trial_id)
         return bool(view["status"] != "running")
 
