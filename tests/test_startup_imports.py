@@ -3,8 +3,9 @@ starting sidecars, engine processes and CLI commands).
 
 Each check imports a process's entry module in a fresh interpreter and names the heavy
 modules it must not have loaded: numpy (the statistics, imported where a trial is folded),
-the OpenAPI document's builder (on the first ``GET /openapi.json``), the console, and for the
-CLI the HTTP client and the trial model. A module a start-up does not need costs every
+the OpenAPI document's builder (on the first ``GET /openapi.json``), the console, PyJWT (on
+the first token), protobuf (on the first OTLP export), and for the CLI the HTTP client and the
+trial model. A module a start-up does not need costs every
 ``shadowtrial`` command, every sidecar and every engine's process (a fresh interpreter that
 imports the CLI as its main, then :mod:`sidecar.engine.child`) its import time.
 """
@@ -30,9 +31,9 @@ CASES = {
     "cli": (("sidecar.cli.main",), HEAVY + ("httpx", "aiohttp", "asyncio", "sidecar.trials.create",
                                             "sidecar.store", "sidecar.config", "sidecar.collector.corpus.items")),
     # The engine's process: spawn imports the CLI as its main, then the engine's entry module.
-    "engine process": (("sidecar.cli.main", "sidecar.engine.child"), HEAVY + ("sidecar.app", "sidecar.api")),
-    # `shadowtrial serve`.
-    "sidecar": (("sidecar.cli.main", "sidecar.app"), HEAVY),
+    "engine process": (("sidecar.cli.main", "sidecar.engine.child"), HEAVY + ("sidecar.app", "sidecar.api", "jwt")),
+    # `shadowtrial serve` (PyJWT on the first token checked or signed; protobuf on the first OTLP export).
+    "sidecar": (("sidecar.cli.main", "sidecar.app"), HEAVY + ("jwt", "google.protobuf")),
 }
 
 
