@@ -32,6 +32,10 @@ CASES = {
                                             "sidecar.store", "sidecar.config", "sidecar.collector.corpus.items")),
     # The engine's process: spawn imports the CLI as its main, then the engine's entry module.
     "engine process": (("sidecar.cli.main", "sidecar.engine.child"), HEAVY + ("sidecar.app", "sidecar.api", "jwt")),
+    # `shadowtrial collector` (it serves a console: that one is imported).
+    "collector": (("sidecar.cli.main", "sidecar.collector.server"),
+                  ("numpy", "policies.bootstrap", "policies.verdict", "policies.stream", "policies.cusum",
+                   "sidecar.api.openapi", "jwt", "google.protobuf")),
     # `shadowtrial serve` (PyJWT on the first token checked or signed; protobuf on the first OTLP export).
     "sidecar": (("sidecar.cli.main", "sidecar.app"), HEAVY + ("jwt", "google.protobuf")),
 }
