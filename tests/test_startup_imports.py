@@ -3,8 +3,8 @@ starting sidecars, engine processes and CLI commands).
 
 Each check imports a process's entry module in a fresh interpreter and names the heavy
 modules it must not have loaded: numpy (the statistics, imported where a trial is folded),
-the OpenAPI document's builder (on the first ``GET /openapi.json``), the console, PyJWT (on
-the first token), protobuf (on the first OTLP export), and for the CLI the HTTP client and the
+the OpenAPI document's builder (on the first ``GET /openapi.json``), the console, PyJWT and
+cryptography (on the first token, or with a retention key), protobuf (on the first OTLP export), and for the CLI the HTTP client and the
 trial model. A module a start-up does not need costs every
 ``shadowtrial`` command, every sidecar and every engine's process (a fresh interpreter that
 imports the CLI as its main, then :mod:`sidecar.engine.child`) its import time.
@@ -31,13 +31,13 @@ CASES = {
     "cli": (("sidecar.cli.main",), HEAVY + ("httpx", "aiohttp", "asyncio", "sidecar.trials.create",
                                             "sidecar.store", "sidecar.config", "sidecar.collector.corpus.items")),
     # The engine's process: spawn imports the CLI as its main, then the engine's entry module.
-    "engine process": (("sidecar.cli.main", "sidecar.engine.child"), HEAVY + ("sidecar.app", "sidecar.api", "jwt")),
+    "engine process": (("sidecar.cli.main", "sidecar.engine.child"), HEAVY + ("sidecar.app", "sidecar.api", "jwt", "cryptography")),
     # `shadowtrial collector` (it serves a console: that one is imported).
     "collector": (("sidecar.cli.main", "sidecar.collector.server"),
                   ("numpy", "policies.bootstrap", "policies.verdict", "policies.stream", "policies.cusum",
-                   "sidecar.api.openapi", "jwt", "google.protobuf")),
+                   "sidecar.api.openapi", "jwt", "cryptography", "google.protobuf")),
     # `shadowtrial serve` (PyJWT on the first token checked or signed; protobuf on the first OTLP export).
-    "sidecar": (("sidecar.cli.main", "sidecar.app"), HEAVY + ("jwt", "google.protobuf")),
+    "sidecar": (("sidecar.cli.main", "sidecar.app"), HEAVY + ("jwt", "cryptography", "google.protobuf")),
 }
 
 
