@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from policies.verdict import VerdictCode
+if TYPE_CHECKING:  # a type only: policies.verdict brings numpy, which the wording does not need
+    from policies.verdict import VerdictCode
 
 ADOPTABLE = "Adoptable"
 ADOPTED = "Adopted"

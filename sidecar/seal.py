@@ -13,8 +13,8 @@ from __future__ import annotations
 import base64
 import os
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+# cryptography is imported by the first Sealer (a retention key configured), not with the module:
+# a sidecar and its engine's process without one start without it.
 
 NONCE_BYTES = 12
 #: The first byte of every sealed body: the sealing scheme, so a later one can be told apart.
@@ -31,6 +31,8 @@ class Sealer:
     def __init__(self, key: bytes) -> None:
         if len(key) != 32:
             raise ValueError("the retention key must be 32 bytes (AES-256)")
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._aead = AESGCM(key)
 
     def seal(self, plaintext: bytes, *, team: str, exchange_id: str) -> bytes:
@@ -41,6 +43,8 @@ class Sealer:
         if sealed[:1] != SCHEME or len(sealed) < 1 + NONCE_BYTES + 16:
             raise UnsealError("not a sealed exchange of this scheme")
         nonce, body = sealed[1 : 1 + NONCE_BYTES], sealed[1 + NONCE_BYTES :]
+        from cryptography.exceptions import InvalidTag
+
         try:
             return self._aead.decrypt(nonce, body, _aad(team, exchange_id))
         except InvalidTag:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
+if TYPE_CHECKING:  # PyJWT and the key types are imported on use: a sidecar without an uplink starts without them
+    from cryptography.hazmat.primitives.asymmetric import ed25519
 
 ALGORITHM = "EdDSA"
 #: The longest a token may live: a stolen one is useless within a minute.
@@ -32,6 +31,9 @@ class TokenRefused(Exception):
 
 def load_private_key(path: str) -> ed25519.Ed25519PrivateKey:
     """An unencrypted PEM Ed25519 private key. Raises ``ValueError`` naming the file."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     try:
         key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
@@ -42,6 +44,9 @@ def load_private_key(path: str) -> ed25519.Ed25519PrivateKey:
 
 
 def load_public_key(path: str) -> ed25519.Ed25519PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     try:
         key = serialization.load_pem_public_key(Path(path).read_bytes())
     except (OSError, ValueError, TypeError) as exc:
@@ -61,6 +66,8 @@ class Signer:
     clock: Callable[[], float] = time.time
 
     def token(self) -> str:
+        import jwt
+
         now = int(self.clock())
         ttl = int(min(self.ttl_s, MAX_TTL_S))
         claims = {"iss": self.issuer, "aud": self.audience, "iat": now, "exp": now + ttl, "sub": self.issuer}
@@ -81,6 +88,8 @@ class Verifier:
         self._max_ttl = max_ttl_s
 
     def verify(self, authorization: str | None) -> dict[str, Any]:
+        import jwt
+
         if not authorization or not authorization.startswith("Bearer "):
             raise TokenRefused("unauthenticated", "a bearer token is required", "Authorization")
         token = authorization[len("Bearer "):].strip()

@@ -14,7 +14,6 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 
 from sidecar.errors import ApiError, BadRequest
-from sidecar.api.openapi import openapi_document
 from sidecar.api.guard import store_guard
 from sidecar.api.gate_routes import FLAGGER_PREFIX, GATE_ROUTES, REVOCATIONS
 from sidecar.api.kit import (
@@ -191,6 +190,8 @@ async def console_root(_request: web.Request) -> web.Response:
 
 
 async def openapi(_request: web.Request) -> web.Response:
+    from sidecar.api.openapi import openapi_document  # built on the first request, not at start-up
+
     return _json(openapi_document())
 
 

@@ -35,7 +35,6 @@ from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.intake import ExchangeBuffer, IntakeCounts, IntakeParts, offer
 from sidecar.ingest.journal import Journal
 from sidecar.ingest.routing import Routes, RoutingTable
-from sidecar.ingest.otlp import decode_request, encode_response, encoding_of, media_type
 from sidecar.ingest.screen import Screened
 from sidecar.ingest.wire import DecodeError
 
@@ -62,6 +61,9 @@ def traces_handler(hooks: TapHooks, settings: OtlpConfig) -> Callable[
     """The ``POST /v1/traces`` handler."""
 
     async def post_traces(request: web.Request) -> web.StreamResponse:
+        # The OTLP codec (protobuf) is imported by the first export, not when the sidecar starts.
+        from sidecar.ingest.otlp import decode_request, encode_response, encoding_of, media_type
+
         teams = hooks.gateway(request)
         if isinstance(teams, web.Response):
             return teams

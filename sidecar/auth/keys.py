@@ -23,11 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import jwt
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+# PyJWT and cryptography's key types are imported where a key is loaded or checked, not with this
+# module: a sidecar without authentication (and the CLI) starts without them.
 
 from sidecar.auth.algorithms import EC_BY_CURVE, EDDSA, HMAC, RSA
 from sidecar.auth.errors import KeyLoadError
@@ -41,6 +38,8 @@ MIN_RSA_BITS = 2048
 
 def check_strength(key: Any, algorithms: Sequence[str], where: str) -> None:
     """Refuse a key too weak for its algorithms (PyJWT would otherwise warn on every token)."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     if isinstance(key, bytes):
         need = max((MIN_SECRET_BYTES.get(a, 0) for a in algorithms), default=0)
         if len(key) < need:
@@ -66,6 +65,8 @@ class VerificationKey:
 
 def family(key: Any) -> frozenset[str]:
     """The algorithms a key of this type can verify at all."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
     if isinstance(key, bytes):
         return HMAC
     if isinstance(key, rsa.RSAPublicKey):
@@ -88,6 +89,10 @@ class PemSource:
     setting: str = "auth.keys"
 
     def load(self) -> list[VerificationKey]:
+        from cryptography import x509
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+
         data = _read(self.path, self.setting)
         where = f"{self.setting}.path {self.path!r}"
         if b"-----BEGIN" in data:
@@ -124,6 +129,9 @@ class JwksSource:
     setting: str = "auth.jwks"
 
     def load(self) -> list[VerificationKey]:
+        import jwt
+        from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
         where = f"{self.setting} {self.path!r}"
         try:
             document = json.loads(_read(self.path, self.setting))

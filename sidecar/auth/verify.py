@@ -16,14 +16,15 @@ from __future__ import annotations
 import math
 import re
 import time
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from policies.roles import Principal
 from sidecar.auth.algorithms import SUPPORTED
 from sidecar.auth.errors import Unauthorized
 from sidecar.auth.keys import KeySet
+
+if TYPE_CHECKING:
+    import jwt  # imported by the first token checked, not with the module (start-up cost)
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
 #: The NumericDate claims: checked here, typed strictly, rather than by PyJWT (which takes ``"1700000000"``).
@@ -47,6 +48,8 @@ class Verifier:
         return self.keys.reload()
 
     def authenticate(self, authorization: str | None) -> Principal:
+        import jwt
+
         token = bearer_token(authorization)
         try:
             header = jwt.get_unverified_header(token)
@@ -112,6 +115,8 @@ def check_dates(claims: dict[str, Any], *, now: float, leeway_s: float) -> None:
 
 
 def _translate(exc: jwt.PyJWTError) -> Unauthorized:
+    import jwt
+
     if isinstance(exc, jwt.ExpiredSignatureError):
         return Unauthorized("expired", "the token has expired")
     if isinstance(exc, jwt.ImmatureSignatureError):

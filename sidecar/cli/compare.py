@@ -15,8 +15,6 @@ import shutil
 import textwrap
 from typing import Any, Callable, Iterator
 
-import httpx
-
 
 def add_parser(sub: Any, client: Callable[[argparse.ArgumentParser], None]) -> None:
     cmp = sub.add_parser("compare", help="one prompt, several models side by side, scored; nothing kept",
@@ -76,6 +74,8 @@ def _cost(cost: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace, base: str, auth: dict[str, str]) -> int:
+    import httpx  # on use: the CLI starts without it
+
     width = max(40, min(shutil.get_terminal_size((100, 20)).columns, 120))
     rows: list[list[str]] = []
     scores: dict[str, str] = {}

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from sidecar.collector.corpus.items import FORMATS
+from sidecar.collector.corpus.formats import FORMATS
 
 Call = Callable[..., dict[str, Any]]
 

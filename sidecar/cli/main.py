@@ -21,7 +21,6 @@ from ``--config`` or ``$SHADOWTRIAL_CONFIG``; environment overrides are
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import math
@@ -31,8 +30,6 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from urllib.parse import quote, urlsplit
 
-import httpx
-
 from sidecar.cli import compare as compare_cli
 from sidecar.cli import corpus as corpus_cli
 from sidecar.cli import experiments as experiments_cli
@@ -40,10 +37,15 @@ from sidecar.cli import send as send_cli
 from sidecar.errors import ConfigError, StartupError
 from sidecar.cli.watches import render_live
 from sidecar.cli.render import render_trial, render_trial_list, utc
-from sidecar.trials.create import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
+from sidecar.trial_words import IDEMPOTENCY_KEY, MAX_KEY_CHARS, STATUSES
 
 if TYPE_CHECKING:
+    import httpx
+
     from sidecar.config import Config
+
+# httpx and asyncio are imported by the commands that use them: `shadowtrial --version` and
+# the engine's process (which imports this module as its main) start without them.
 
 DEFAULT_ADMIN = "http://127.0.0.1:8791"
 
@@ -304,6 +306,8 @@ def _first_bytes(r: httpx.Response) -> str:
 
 
 def _call(method: str, url: str, **kw: Any) -> dict[str, Any]:
+    import httpx
+
     try:
         r = httpx.request(method, url, timeout=30.0, **kw)
     except httpx.InvalidURL as exc:
@@ -537,6 +541,8 @@ def _config(args: argparse.Namespace, env: Mapping[str, str]) -> Config | None:
 
 
 def _collector(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import asyncio
+
     from sidecar.collector.server import serve_collector
     from sidecar.errors import StartupError
 
@@ -576,6 +582,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
     if args.command == "serve":
+        import asyncio
+
         from sidecar.app import serve
 
         config = _config(args, env)
@@ -594,6 +602,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     if args.command == "collector":
         return _collector(args, env)
     if args.command == "fake-provider":
+        import asyncio
+
         from sidecar.demo.scenario import serve_fake_provider
 
         try:
@@ -607,6 +617,8 @@ def _main(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     if args.command in ("token", "keygen"):
         return _auth_command(args)
     if args.command == "demo":
+        import asyncio
+
         from sidecar.demo.scenario import run_demo
 
         stay = args.stay if args.stay is not None else sys.stdout.isatty()

@@ -28,11 +28,12 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
-
-import httpx
+from typing import IO, TYPE_CHECKING, Any
 
 from sidecar.ingest.wire import DecodeError, decode_exchanges
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_TAP = "http://127.0.0.1:8790"
 DEFAULT_SIMULATED = 1000
@@ -275,6 +276,8 @@ def _source(args: argparse.Namespace) -> tuple[str, Iterator[tuple[int | None, b
 
 def _send(url: str, token: str, lines: Iterator[tuple[int | None, bytes]], args: argparse.Namespace,
           tally: Tally, progress: Progress) -> None:
+    import httpx  # on use: the CLI starts without it
+
     size = args.batch if args.rate is None else max(1, min(args.batch, math.ceil(args.rate / 10)))
     headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
     tally.started = time.monotonic()  # the rate's schedule starts with the first request

@@ -240,10 +240,12 @@ def _apply_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> tuple[d
     """Write ``SHADOWTRIAL_*`` values into ``raw``. Returns (path → variable, unknown variables)."""
     origins: dict[str, str] = {}
     unknown: list[str] = []
-    root = mi.type_info(Config)
+    root: mi.Type | None = None  # the config's type tree: built for the first override only (start-up cost)
     for var in sorted(environ):
         if not var.startswith(ENV_PREFIX) or var in RESERVED_ENV:
             continue
+        if root is None:
+            root = mi.type_info(Config)
         segments = var[len(ENV_PREFIX):].split("__")
         target = _locate(raw, root, segments, var)
         if target is None:

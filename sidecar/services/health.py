@@ -8,9 +8,10 @@ and restarts; this module only lays them out.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from policies.judge_health import JudgeHealth
+if TYPE_CHECKING:
+    from policies.judge_health import JudgeHealth  # numpy: imported where a trial is folded
 
 
 def judge_health_view(health: JudgeHealth) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from policies import cusum
 from policies.money import Price
 from policies.promotion import DEFAULT_WATCH_SAMPLE_RATE, PROMOTABLE, refusal, utc_day
 from policies.roles import Principal
@@ -166,6 +165,8 @@ class PromotionService:
                 "could not be bounded; add one to the config", reason="spend_unbounded",
             )
         inc_wins, cand_wins = _wins(read.snapshot.judgments)
+        from policies import cusum  # numpy: imported on the first promotion, not with the sidecar
+
         baseline = cusum.baseline_from_promotion(inc_wins, cand_wins)
         design = cusum.design(baseline, min_judged=body.min_judged)
         watch_id = "wa_" + uuid.uuid4().hex[:16]

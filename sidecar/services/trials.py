@@ -19,8 +19,6 @@ import hashlib
 from typing import Any
 
 from policies.posture import needs_pause
-from policies.stream import bounds_path as stream_bounds_path
-from policies.verdict import bounds_path
 from policies.roles import Principal
 from sidecar.services.views import TrialRead, list_item, live_item, read_trial, spend_totals_view, trial_view
 from sidecar.errors import BadRequest, Conflict, NotFound
@@ -76,6 +74,9 @@ class TrialService:
     async def decision_path(self, principal: Principal, trial_id: str) -> list[tuple[int, float, float]]:
         """The trial's decision bounds after each judged case, in the order the cases were
         claimed (:func:`policies.verdict.bounds_path`): content-free, for the decision chart."""
+        from policies.stream import bounds_path as stream_bounds_path  # numpy: on first use
+        from policies.verdict import bounds_path
+
         record = (await self._read(principal, trial_id)).record
         if decides_by_betting(record):  # the stream in scoring order, as the trial folded it (issue 31)
             stream = await self._ctx.store.scores_after(trial_id, 0)

@@ -10,10 +10,9 @@ restart; that is the one thing a view writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from policies.forecast import forecast
-from policies.verdict import Evaluation
 from policies.wording import traffic_wording
 from sidecar.services.health import judge_health_view
 from sidecar.trials.fold import fold_trial
@@ -27,6 +26,9 @@ from sidecar.trials.segments import (
 )
 from sidecar.store.records import OUTCOMES, TrialRecord, TrialSnapshot
 from sidecar.services.context import ViewContext
+
+if TYPE_CHECKING:
+    from policies.verdict import Evaluation  # numpy: imported where a trial is folded
 
 
 def _interval(iv: Any) -> dict[str, float] | None:

@@ -16,7 +16,6 @@ import datetime as _dt
 import json
 from typing import Any
 
-from policies import cusum
 from policies.promotion import observation, utc_day
 from policies.roles import Principal
 from sidecar.services.views import list_item, live_item, spend_totals_view
@@ -63,6 +62,8 @@ class WatchService:
         """A watch: its detector period, that period's judged cases, old-model win rate,
         statistic and threshold and alert (None until it fires), today's spend against the
         daily cap."""
+        from policies import cusum  # numpy: imported on the first read of a watch, not with the sidecar
+
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
         day = await self._ctx.store.get_trial(w.current_trial_id)
         today = utc_day(self._ctx.clock())
@@ -126,6 +127,8 @@ class WatchService:
         stored case scores of its day rows in the order the cases were claimed
         (:func:`policies.cusum.statistic_path`), from the start of the current period (the
         judged cases of earlier periods skipped): content-free, for the watch's chart."""
+        from policies import cusum
+
         w = await self._watch(principal, watch_id)
         design = cusum.CusumDesign.from_dict(json.loads(w.design_json))
         rows = sorted((r for r in await self._ctx.store.list_trials(teams=[w.team], kind="watch") if r.watch_id == w.id),
@@ -170,6 +173,8 @@ class WatchService:
         wins = json.loads(promotion.evidence_json).get("decisive_primary_judgments")
         if not isinstance(wins, dict):
             return None
+        from policies import cusum
+
         current = cusum.CusumDesign.from_dict(json.loads(w.design_json))
         baseline = cusum.baseline_from_promotion(int(wins["incumbent_wins"]), int(wins["candidate_wins"]))
         return json.dumps(cusum.design(baseline, min_judged=current.min_judged).to_dict())

@@ -8,9 +8,7 @@ from typing import Literal
 from sidecar.store.outbox import OutboxRecord as OutboxRecord  # re-exported: callers name it from here
 from sidecar.store.watch_records import WatchStep
 
-TrialStatus = Literal[
-    "running", "cap_reached", "stopped", "posture_changed", "starter_unauthorized", "adopted", "decided"
-]
+from sidecar.trial_words import TrialStatus as TrialStatus  # re-exported: callers name it from here
 #: What a trial does once its verdict is decided (``on_decision``): ``stop`` ends it ``decided``
 #: (nothing more is dispatched; its later cases count ``after_decision``), ``continue`` keeps
 #: narrowing the bounds up to ``expected_cases``.

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from policies import cusum
 from sidecar.store.records import OutboxRecord
 from sidecar.store.watch_records import AlertStatus
 from uplink.schema import AlertRecord, encode_record
+
+if TYPE_CHECKING:
+    from policies import cusum  # numpy: imported at the first step, not with the store
 
 #: Columns of a watch row the step reads.
 STATE_COLUMNS = "design_json, statistic, judged, decisive, fired_at, old_wins, new_wins, ties, team, period"
@@ -68,6 +70,8 @@ def transition_id(alert: str, state: str) -> str:
 
 
 def apply_step(row: Mapping[str, Any], observation: str, *, case_id: str, at: float) -> Stepped:
+    from policies import cusum
+
     design = cusum.CusumDesign.from_dict(json.loads(row["design_json"]))
     before = cusum.CusumState(
         statistic=int(row["statistic"]), judged=int(row["judged"]), decisive=int(row["decisive"]),

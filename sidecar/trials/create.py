@@ -13,7 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Callable, Literal, Sequence, get_args
+from typing import Annotated, Callable, Literal, Sequence
 
 import msgspec
 
@@ -24,9 +24,14 @@ from policies.segments import DEFAULT_CAP, check_cap, check_segments
 from policies.site import Site
 from sidecar.config import MAX_PRICE_PER_MTOK_USD, MAX_TOKENS, MIN_NONZERO_PRICE_PER_MTOK_USD
 from sidecar.errors import BadRequest, InvalidSegments, SpendUnbounded
-from sidecar.store.records import TrialRecord, TrialStatus
+from sidecar.store.records import TrialRecord
 from sidecar.ingest.wire import DecodeError, check_utf8, split_path, where_decode_failed
 from sidecar.ingest.wording import PATTERN_WORDS
+# The statuses (what ``GET /v1/trials?status=`` accepts) and the idempotency header live in
+# sidecar.trial_words, which the CLI imports alone; they are named from here too.
+from sidecar.trial_words import IDEMPOTENCY_KEY as IDEMPOTENCY_KEY
+from sidecar.trial_words import MAX_KEY_CHARS as MAX_KEY_CHARS
+from sidecar.trial_words import STATUSES as STATUSES
 
 #: The accepted ranges of the body's values, one place (shared ones with the config file in
 #: :mod:`sidecar.config`); the README's API section lists them and the OpenAPI document shows
@@ -176,12 +181,8 @@ def _check_segments(create: TrialCreate) -> None:
             raise InvalidSegments("segment_min_cases needs segments", field="$.segment_min_cases")
 
 
-IDEMPOTENCY_KEY = "Idempotency-Key"
-MAX_KEY_CHARS = 255
 #: For the OpenAPI document (ECMA semantics); the check itself is :func:`check_idempotency_key`.
 KEY_PATTERN = r"^[\x20-\x7e]+$"
-#: What ``GET /v1/trials?status=`` accepts.
-STATUSES: tuple[str, ...] = get_args(TrialStatus)
 
 
 def check_idempotency_key(values: Sequence[str]) -> str | None:

@@ -19,10 +19,14 @@ both see the decision exactly one changes the trial.
 
 from __future__ import annotations
 
-from policies.verdict import Evaluation
+from typing import TYPE_CHECKING
+
 from sidecar.store.base import TrialStore
 from sidecar.store.records import TrialRecord
 from sidecar.trials.spec import spec_effects
+
+if TYPE_CHECKING:
+    from policies.verdict import Evaluation  # numpy: imported where a trial is folded
 
 #: The status reason of a trial that stopped on its decision starts with this.
 REASON = "decided"

@@ -34,15 +34,18 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from policies.bootstrap import bootstrap_identity
-from policies.judge_health import JudgeHealth, JudgeHealthState, SlotJudgment, health_state, judge_health
-from policies.sequence import SequenceState
-from policies.stream import StreamState, fold_cases, is_stream_state
-from policies.verdict import Evaluation, evaluate
 from sidecar.store.base import TrialStore
 from sidecar.store.records import JudgmentRow, KeptState, TrialRecord
+
+# The statistics (policies on numpy) are imported where a trial is folded, not with this module:
+# a sidecar, its engine's process and the CLI start without numpy (tests/test_startup_imports.py).
+if TYPE_CHECKING:
+    from policies.judge_health import JudgeHealth, JudgeHealthState, SlotJudgment
+    from policies.sequence import SequenceState
+    from policies.stream import StreamState
+    from policies.verdict import Evaluation
 
 log = logging.getLogger("shadowtrial.fold")
 
@@ -143,11 +146,15 @@ def decides_by_betting(record: TrialRecord) -> bool:
         data = json.loads(record.sequence_state)
     except ValueError:
         return True
+    from policies.stream import is_stream_state
+
     return not isinstance(data, dict) or is_stream_state(data)
 
 
 def slot_judgment(row: JudgmentRow) -> SlotJudgment:
     """A stored judgment in presentation terms (which slot held the candidate, which slot won)."""
+    from policies.judge_health import SlotJudgment
+
     candidate_slot = "A" if row.order == "candidate_first" else "B"
     if row.outcome != "verdict":
         winner = "error"
@@ -172,6 +179,10 @@ async def _fold_sequence(
     kept by the betting fold, decides on the betting sequence: its scored cases after the kept
     cursor are folded one by one in the store's scoring order (issue 31). A trial whose kept
     state is an empirical-Bernstein intersection (kept before) goes on deciding on that."""
+    from policies.bootstrap import bootstrap_identity
+    from policies.stream import StreamState, fold_cases, is_stream_state
+    from policies.verdict import evaluate
+
     data = None
     if stored is not None:
         try:
@@ -207,6 +218,10 @@ async def _fold_sequence(
 
 
 def _evaluate(record: TrialRecord, counts: Mapping[float, int], stored: str | None) -> Evaluation:
+    from policies.bootstrap import bootstrap_identity
+    from policies.sequence import SequenceState
+    from policies.verdict import evaluate
+
     def run(prior: SequenceState | None) -> Evaluation:
         return evaluate(
             counts,
@@ -227,6 +242,8 @@ def _evaluate(record: TrialRecord, counts: Mapping[float, int], stored: str | No
 
 
 def _health(record: TrialRecord, slots: Sequence[SlotJudgment], stored: str | None) -> JudgeHealth:
+    from policies.judge_health import JudgeHealthState, judge_health
+
     if stored is None:
         return judge_health(slots)
     try:
@@ -237,6 +254,8 @@ def _health(record: TrialRecord, slots: Sequence[SlotJudgment], stored: str | No
 
 
 def _health_state(record: TrialRecord, first_slot: tuple[int, int], stored: str | None) -> JudgeHealthState:
+    from policies.judge_health import JudgeHealthState, health_state
+
     decisive, first = first_slot
     if stored is None:
         return health_state(first, decisive)

@@ -20,14 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from policies.bootstrap import bootstrap_identity
 from policies.paired import paired_figures
 from policies.segment_alpha import segment_alpha
 from policies.segments import OTHER
-from policies.stream import fold_cases
-from policies.verdict import Evaluation, evaluate
 from policies.wording import TRAFFIC_WORDING
 from sidecar.ingest.routing import Favour
 from sidecar.ingest.segment_keys import exchange_values
@@ -36,6 +33,9 @@ from sidecar.store.base import ReadModel
 from sidecar.store.records import TrialRecord
 from sidecar.store.segments_sql import SegmentCase
 from sidecar.trials.fold import ALPHA
+
+if TYPE_CHECKING:
+    from policies.verdict import Evaluation
 
 CONTROL = "family-wise"
 
@@ -99,6 +99,11 @@ def evaluate_segments(
 ) -> list[SegmentResult]:
     """Every tracked value's verdict (then ``other``'s, when any case was pooled), from the
     trial's scored cases in scoring order."""
+    # The statistics (numpy) are imported on the first read, not with the sidecar (start-up cost).
+    from policies.bootstrap import bootstrap_identity
+    from policies.stream import fold_cases
+    from policies.verdict import evaluate
+
     alpha = per_segment_alpha(record)
     groups: dict[str, list[SegmentCase]] = {key: [] for key, _, _ in tracked}
     for case in cases:

@@ -52,10 +52,8 @@ import json
 import uuid
 from collections import defaultdict
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from policies.bootstrap import Interval, bootstrap_identity
-from policies.corpus_verdict import ABRow, ab_verdict, corpus_interval, delta_bounds
 from policies.exact_tolerance import exact, exact_mean, grid_of
 from policies.experiments import admit, model_graders_of, plan_arm
 from policies.graders import canonical, content_hash
@@ -77,6 +75,9 @@ from sidecar.collector.corpus.runs import latest_attempts
 from sidecar.errors import Forbidden, NotFound
 from sidecar.services.access import visible
 from sidecar.collector.store.corpus_records import ComparisonRecord
+
+if TYPE_CHECKING:
+    from policies.corpus_verdict import ABRow
 
 _FIELDS = ("suite_id", "baseline", "candidate", "tolerance", "outputs")
 DEFAULT_TOLERANCE = 0.05
@@ -215,6 +216,8 @@ class ABService:
         return out
 
     async def view(self, record: ComparisonRecord, *, rows: bool = True) -> dict[str, Any]:
+        from policies.corpus_verdict import ab_verdict  # numpy: on the first view, not at start-up
+
         spec = json.loads(record.spec)
         ab = spec["ab"]
         # A run that ended short (the cap, or its starter's rights lost) reads inconclusive.
@@ -279,6 +282,10 @@ def _rows(metrics: list[Mapping[str, Any]], latest: Mapping[Any, Any], scores: l
     float rounding). A metric not applicable on either side (latency of given outputs on both)
     is listed ``applicable: false`` and left out; a metric scored on one side only is a row with
     no delta, and the verdict reads ``inconclusive`` (item 4)."""
+    # The statistics (numpy) are imported by the first report, not when the collector starts.
+    from policies.bootstrap import Interval, bootstrap_identity
+    from policies.corpus_verdict import ABRow, corpus_interval, delta_bounds
+
     arm_of = {a.id: a.arm for a in latest.values() if a.status == "completed"}
     item_of = {a.id: f"{a.item_id}/{a.revision_id}" for a in latest.values() if a.status == "completed"}
     values: dict[tuple[str, str], list[float]] = defaultdict(list)

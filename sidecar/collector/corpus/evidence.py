@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
-from policies.evidence import Attempt, EvidenceComparison, MetricScore, Side, Status, compare_evidence
 from policies.graders import Direction
 from policies.money import Coverage, Cost
 from policies.roles import Principal
@@ -39,6 +38,11 @@ from sidecar.collector.corpus.plan import GroupPlan, load_plan
 from sidecar.errors import BadRequest, NotFound
 from sidecar.collector.store.corpus_records import ComparisonRecord
 from sidecar.collector.store.corpus_run_records import FINAL, AttemptRecord, ScoreRecord
+
+# policies.evidence (its bootstrap on numpy) is imported where evidence is compared, not when the
+# collector starts.
+if TYPE_CHECKING:
+    from policies.evidence import Attempt, EvidenceComparison, MetricScore, Side, Status
 
 #: The score statuses that carry a grade, and the one that says the metric does not apply.
 _NOT_APPLICABLE = "not_applicable"
@@ -54,6 +58,8 @@ def _ref(value: str | None, field: str) -> tuple[str, str]:
 
 
 def _score(s: ScoreRecord) -> MetricScore | None:
+    from policies.evidence import MetricScore
+
     if s.kind not in _PER_ANSWER or s.direction not in ("higher", "lower", "categorical"):
         return None
     direction = cast(Direction, s.direction)
@@ -64,9 +70,11 @@ def _score(s: ScoreRecord) -> MetricScore | None:
 
 
 def _attempt(a: AttemptRecord, scores: list[ScoreRecord]) -> Attempt:
+    from policies.evidence import Attempt
+
     cost = _cost(a.cost_coverage, a.cost_micros)
     graded = tuple(m for m in (_score(s) for s in scores) if m is not None) if a.status == "completed" else ()
-    return Attempt(a.comparison_id, a.arm, a.item_id, a.revision_id, a.repetition, cast(Status, a.status),
+    return Attempt(a.comparison_id, a.arm, a.item_id, a.revision_id, a.repetition, cast("Status", a.status),
                    a.latency_ms, cost, graded)
 
 
@@ -81,6 +89,8 @@ def side_from_records(run_id: str, arm: str, planned: int, attempts: Sequence[At
     dataset (``DATASET/REVISION``: content hashes of two datasets never pair); full-run spend
     beside it — the attempts a retry superseded and every judge call on the arm's attempts,
     as the group's own spend counts them (:func:`sidecar.collector.corpus.runs.report`)."""
+    from policies.evidence import Side
+
     mine = [a for a in attempts if a.arm == arm and a.status in FINAL]
     latest: dict[tuple[str, str, int], AttemptRecord] = {}
     for a in mine:
@@ -155,6 +165,8 @@ class EvidenceService:
             store = self._ctx.store
             sides.append(side_from_records(group_id, arm, plan.planned_per_arm, await store.run_attempts(group_id),
                                            await store.run_scores(group_id), dataset_id=dataset, complete=True))
+        from policies.evidence import compare_evidence
+
         return view(compare_evidence(sides[0], sides[1]))
 
 

@@ -38,6 +38,7 @@ import msgspec
 
 from policies.graders import canonical, content_hash
 from sidecar.collector.corpus.errors import InvalidDataset
+from sidecar.collector.corpus.formats import FORMATS as FORMATS  # re-exported: callers name it from here
 from sidecar.ingest.wire import split_path
 from sidecar.ingest.wording import PATTERN_WORDS
 from sidecar.collector.store.corpus_records import ItemRow
@@ -46,7 +47,6 @@ from sidecar.trials.create import NAME_PATTERN, NAME_RULE
 MAX_ITEMS = 100_000
 MAX_ID_CHARS = 256
 MAX_TAG_CHARS = 128
-FORMATS = ("jsonl", "csv")
 TAG_SEPARATOR = ";"
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]

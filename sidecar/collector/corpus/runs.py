@@ -39,9 +39,7 @@ from collections import Counter, defaultdict
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
-from policies.bootstrap import bootstrap_identity
 from policies.case_means import paired_cases, run_spread
-from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds, exact_band
 from policies.exact_tolerance import exact_mean, grid_of
 from policies.money import Cost, add_costs
 from policies.wording import corpus_wording
@@ -177,6 +175,10 @@ def _exact_case_deltas(shared: Sequence[tuple[str, str, int]], base: dict[tuple[
 
 def _results(plan: GroupPlan, latest: dict[Key, AttemptRecord], by_attempt: dict[str, list[ScoreRecord]],
              cancelled: set[str], *, complete: bool) -> list[dict[str, Any]]:
+    # The statistics (numpy) are imported by the first report, not when the collector starts.
+    from policies.bootstrap import bootstrap_identity
+    from policies.corpus_verdict import band_for, corpus_code, corpus_interval, delta_bounds, exact_band
+
     out: list[dict[str, Any]] = []
     base = plan.baseline.name
 
