@@ -51,6 +51,7 @@ Everything is vectorised: pass arrays to get boundaries for every n at once.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -85,11 +86,14 @@ class Mixture:
     psi: NDArray[np.float64]
 
 
+@functools.lru_cache(maxsize=64)
 def eb_mixture(expected_cases: float, alpha: float, design_variance: float = 1.0) -> Mixture:
     """The half-normal mixture over k tuned to be tightest near Q = expected_cases * design_variance.
 
     The tuning must be fixed before the data (1.0 is the largest mean square a
     score in [-1, 1] can have); a data-driven choice would void the guarantee.
+    A trial's settings repeat at every evaluation, so each mixture is built once
+    (its arrays are read-only).
     """
     if expected_cases < 1:
         raise ValueError("expected_cases must be at least 1")
@@ -105,7 +109,10 @@ def eb_mixture(expected_cases: float, alpha: float, design_variance: float = 1.0
     keep = mass > 0
     k, mass = k[keep], mass[keep]
     log_weight = np.log(mass) - math.log(float(mass.sum()))
-    return Mixture(k, log_weight, -np.log1p(-k) - k)
+    psi = -np.log1p(-k) - k
+    for part in (k, log_weight, psi):
+        part.setflags(write=False)
+    return Mixture(k, log_weight, psi)
 
 
 def eb_radius(
