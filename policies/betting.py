@@ -214,7 +214,7 @@ def running_bounds(
             n = before.t + np.arange(1, part.shape[1] + 1, dtype=np.float64)
             ssum = _accumulate(before.eb_sum, x)
             q = _accumulate(before.eb_sq, x * x)
-            distinct, index = np.unique(q, return_inverse=True)
+            distinct, index = confseq.unique_inverse(q)
             radius = confseq.eb_radius(distinct, alpha=alpha / 2, expected_cases=expected_cases)
             h = radius[index.reshape(q.shape)] / n
             elo = (1.0 + np.maximum(-1.0, ssum / n - h)) / 2.0

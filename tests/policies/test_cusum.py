@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -128,6 +129,13 @@ CHAIN_TRIALS = 1_000
 WATCH_LIMIT = 1_000  # decisive judgments
 
 
+@functools.lru_cache(maxsize=None)
+def _design(baseline: float) -> CusumDesign:
+    """``cusum.design``, once per baseline for the whole module: the chains below design a
+    detector for every distinct estimated baseline, and the scenarios share most of them."""
+    return cusum.design(baseline)
+
+
 def _alarms_within(d: CusumDesign, p_old_wins: float, runs: int, rng: np.random.Generator, limit: int) -> np.ndarray:
     """Whether each of ``runs`` detectors alarms within ``limit`` decisive judgments (no ties)."""
     inc = np.where(rng.random((runs, limit)) < p_old_wins, d.up, -d.down)
@@ -166,7 +174,7 @@ def test_watch_chain_false_alarms_with_an_estimated_baseline() -> None:
         alarms = np.zeros(baselines.size, dtype=bool)
         delay = np.zeros(baselines.size)
         for b in np.unique(baselines):
-            d = designs.setdefault(float(b), cusum.design(float(b)))
+            d = designs.setdefault(float(b), _design(float(b)))
             group = np.nonzero(baselines == b)[0]
             alarms[group] = _alarms_within(d, true_p0, group.size, np.random.default_rng(seed + len(designs)), WATCH_LIMIT)
             delay[group] = cusum.average_run_length(d.up, d.down, d.threshold, true_p0 + 0.10)
@@ -177,10 +185,10 @@ def test_watch_chain_false_alarms_with_an_estimated_baseline() -> None:
     # Before the fix: the plain share at the stop (rounded to the nearest 0.01 here, to bound the designs).
     plain = np.clip(np.round(old_wins / (old_wins + new_wins), 2), 0.01, 0.5)
     fa_plain, plain_median, _ = chain(plain, 2)
-    known = cusum.design(true_p0)
+    known = _design(true_p0)
     fa_known = float(_alarms_within(known, true_p0, CHAIN_TRIALS, np.random.default_rng(3), WATCH_LIMIT).mean())
     delay_known = cusum.average_run_length(known.up, known.down, known.threshold, true_p0 + 0.10)
-    d30 = designs.get(0.3) or cusum.design(0.3)
+    d30 = designs.get(0.3) or _design(0.3)
     print(
         f"\nwatch chain, {CHAIN_TRIALS} promotion trials (win rate 0.60, 30% ties) stopped at candidate_better"
         f" (median {np.median(stop):.0f} cases, {np.median(old_wins + new_wins):.0f} decisive), true p0 {true_p0:.3f}:"
@@ -207,7 +215,7 @@ def _watch_false_alarms(old_wins: np.ndarray, new_wins: np.ndarray, true_p0: flo
     shown = np.zeros(baselines.size)
     rng = np.random.default_rng(seed)
     for b in np.unique(baselines):
-        d = cusum.design(float(b))
+        d = _design(float(b))
         group = np.nonzero(baselines == b)[0]
         alarms[group] = _alarms_within(d, true_p0, group.size, rng, WATCH_LIMIT)
         shown[group] = cusum.displayed_false_alarm(d)

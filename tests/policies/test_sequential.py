@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from policies import confseq
-from policies.bootstrap import bootstrap_interval
+from policies.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, bootstrap_means, seed_from_identity
 from policies.decision import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_WORSE, REGRESSION, decide
 from policies.scores import ScoreCounts
 from policies.verdict import VERDICT_CODES, SequenceState, evaluate
@@ -57,6 +57,39 @@ def _fixed_bootstrap_code(x_prefix_counts: np.ndarray, n: int, identity: str) ->
     # parity +- 0.05) the same peeking still reads a wrong direction in 6.6% of the first 500
     # null trials, over the 5% it promises.
     return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.0, min_cases=20)
+
+
+#: Resamples the early check draws at a time, and how many bootstrap means must lie on each side
+#: of zero (inclusive) before the 2.5th and 97.5th percentiles of DEFAULT_RESAMPLES (positions
+#: 49.975 and 1949.025: they read the 50th/51st smallest and largest) can no longer exclude it.
+_BLOCK = 100
+_SIDE = 51
+
+
+def _bootstrap_cannot_decide(x_prefix_counts: np.ndarray, identity: str) -> bool:
+    """True when ``_fixed_bootstrap_code`` at this look is sure to read neither candidate_better
+    nor regression, known from its first resamples (False: not known, run it).
+
+    It draws the very resamples the shipped bootstrap draws (the same seeded generator, the same
+    multinomial: drawn in blocks, a generator yields the same rows as in one call), in blocks,
+    and stops once at least 51 means are <= 0 and 51 are >= 0: then the lower percentile is <= 0
+    and the upper >= 0 whatever the remaining resamples are, so the interval excludes parity on
+    neither side. The signs are exact: a mean's numerator is a sum of half-integers.
+    """
+    keep = x_prefix_counts > 0
+    counts = ScoreCounts(tuple(float(v) for v in VALUES[keep]), tuple(int(c) for c in x_prefix_counts[keep]))
+    n = counts.n
+    p = np.asarray(counts.counts, dtype=np.float64) / n
+    twice = 2.0 * np.asarray(counts.values, dtype=np.float64)
+    rng = seed_from_identity(identity)
+    at_most = at_least = 0
+    for _ in range(0, DEFAULT_RESAMPLES, _BLOCK):
+        sums = rng.multinomial(n, p, size=_BLOCK) @ twice
+        at_most += int((sums <= 0).sum())
+        at_least += int((sums >= 0).sum())
+        if at_most >= _SIDE and at_least >= _SIDE:
+            return True
+    return False
 
 
 def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
@@ -135,7 +168,8 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
     trials costs about 30 s, so it runs on the first 500 of the same simulated
     trials; at looks where the normal statistic is below 1.6 in absolute value
     it is not run (the bootstrap cannot decide there, checked below), and a
-    trial stops at its first decision.
+    trial stops at the first look found to decide (the looks of largest |z| are
+    checked first).
     """
     better, regression = sequence_verdicts(null_scores)
     wrong = (better | regression).any(axis=1)
@@ -152,7 +186,12 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
     screen = (np.abs(z[:BOOT_TRIALS]) >= SCREEN_Z) & (n >= 20)
     boot_wrong = 0
     for t in range(BOOT_TRIALS):
-        for i in np.nonzero(screen[t])[0]:
+        # Whether a trial ever decides does not depend on the order its looks are checked in, so
+        # the looks furthest from parity go first: a trial that decides mostly does so at its first.
+        looks = np.nonzero(screen[t])[0]
+        for i in looks[np.argsort(-np.abs(z[t, looks]), kind="stable")]:
+            if _bootstrap_cannot_decide(prefix[t, i], f"null-{t}"):
+                continue  # the shipped bootstrap reads no decision here (test below)
             if _fixed_bootstrap_code(prefix[t, i], i + 1, f"null-{t}") in ("candidate_better", "regression"):
                 boot_wrong += 1
                 break
@@ -179,6 +218,33 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
     assert boot_share > 3 * cs_share and boot_share > 0.2  # peeking at a fixed interval is not honest
     assert wald_share > 0.2
     assert once_share < 0.1  # the same interval is honest when looked at once
+
+
+def test_early_checked_bootstrap_is_the_shipped_bootstrap(null_scores: np.ndarray) -> None:
+    """``_bootstrap_cannot_decide`` draws the shipped bootstrap's resamples, and where it says the
+    look decides nothing the shipped ``bootstrap_interval`` decides nothing, look by look."""
+    counts = ScoreCounts((-1.0, 0.0, 0.5, 1.0), (70, 95, 12, 133))
+    whole = bootstrap_means(counts, resamples=DEFAULT_RESAMPLES, rng=seed_from_identity("blocks"))
+    rng = seed_from_identity("blocks")
+    p = np.asarray(counts.counts, dtype=np.float64) / counts.n
+    blocks = np.concatenate([rng.multinomial(counts.n, p, size=_BLOCK) for _ in range(DEFAULT_RESAMPLES // _BLOCK)])
+    assert np.array_equal(whole, (blocks @ np.asarray(counts.values)) / counts.n)
+
+    z = _running_z(null_scores[:BOOT_TRIALS])
+    n = np.arange(1, CASES + 1)
+    rng = np.random.default_rng(12)
+    looks = np.argwhere((np.abs(z) >= SCREEN_Z) & (n >= 20))
+    codes = np.searchsorted(VALUES, null_scores[:BOOT_TRIALS])
+    skipped = decided = 0
+    for t, i in looks[rng.choice(len(looks), 300, replace=False)]:
+        prefix = np.bincount(codes[t, : i + 1], minlength=VALUES.size)
+        shipped = _fixed_bootstrap_code(prefix, i + 1, f"null-{t}") in ("candidate_better", "regression")
+        decided += shipped
+        if _bootstrap_cannot_decide(prefix, f"null-{t}"):
+            skipped += 1
+            assert not shipped, (t, i)
+    print(f"\nearly bootstrap check, 300 screened looks: {skipped} skipped, {decided} decided by the shipped bootstrap")
+    assert skipped >= 75 and decided >= 40  # both kinds of look were met
 
 
 def _left_after_reaching(codes: np.ndarray, code: int) -> tuple[np.ndarray, np.ndarray]:
