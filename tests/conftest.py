@@ -23,10 +23,10 @@ from collections.abc import Iterator
 # One BLAS thread per test process (issue 29). The statistics tests solve many small linear
 # systems (the CUSUM design's exact run lengths); a multi-threaded BLAS spins its idle threads
 # between calls, and with xdist workers already sharing the cores that spinning cost the
-# policies tests several times the CPU of the work itself. It must be set before numpy loads.
-if "numpy" not in sys.modules:
-    for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(_name, "1")
+# policies tests several times the CPU of the work itself. It takes effect where it is set before
+# numpy loads: in every xdist worker and every process a test starts.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
 
 import pytest
 
