@@ -52,8 +52,9 @@ Two options for telling a plugin's cost (tens of microseconds) from the run's no
 proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):
 
 - ``--plugin-cpu`` registers the plugin rows' callback through a timing shim (``TIMING_SHIM``)
-  that adds up, inside the proxy, the thread CPU of the plugin's hook and of its sender's
-  background tasks (each step between awaits), and reports it per hook call (``plugin µs``).
+  that adds up, inside the proxy, the thread CPU of the plugin's hook, of the callback that maps
+  pending calls, and of its sender's background tasks (each step between awaits), and reports
+  it per hook call.
   What the event loop spends on the sender's socket outside those steps is not in it;
   the shim's own clock reads (about 1 µs a call) are.
 - ``--compare-root DIR`` adds, for each plugin row, the same row running the plugin from
@@ -155,6 +156,17 @@ _sender = getattr(_plugin, "sender", None)
 if _sender is not None:  # a disabled plugin has none
     for _name in ("_flush", "_report_drops"):
         setattr(_sender, _name, _timed_method(getattr(_sender, _name)))
+    if hasattr(_plugin, "_map_pending"):  # the callback that maps pending calls in batches
+        _map = _plugin._map_pending
+
+        def _timed_map():
+            t0 = _clock()
+            try:
+                return _map()
+            finally:
+                _ns["background"] += _clock() - t0
+
+        _plugin._map_pending = _timed_map
     _hook = _plugin.async_log_success_event
 
     async def _timed_hook(kwargs, response_obj, start_time, end_time):
