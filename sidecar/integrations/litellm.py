@@ -68,8 +68,6 @@ __all__ = ["DROP_REASONS", "ENV_PREFIX", "STATS_HEADER", "SettingError", "TapPlu
 log = logging.getLogger("shadowtrial.litellm")
 
 TRIALS_REFRESH_S = 30.0
-#: How long after a call its mapping waits for others to be mapped with (``map_delay_s``).
-MAP_DELAY_S = 0.2
 #: Warnings about disputed costs: at most one a minute.
 LOG_EVERY_S = 60.0
 
@@ -101,10 +99,7 @@ class TapPlugin:
         admin_token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         known_prices: litellm_prices.Prices | None = None,
-        map_delay_s: float = MAP_DELAY_S,
     ) -> None:
-        if not map_delay_s >= 0:
-            raise ValueError("map_delay_s must be >= 0")
         self.sender = TapSender(
             tap_url, tap_token=tap_token, timeout_s=timeout_s, batch_size=batch_size, batch_bytes=batch_bytes,
             tap_max_bytes=tap_max_bytes, flush_s=flush_s, max_buffer=max_buffer, buffer_bytes=buffer_bytes,
@@ -127,11 +122,6 @@ class TapPlugin:
         #: before any request could re-price a model): see :mod:`litellm_prices`.
         self._known_prices = dict(known_prices) if known_prices is not None else litellm_prices.snapshot_prices()
         self._disputed_logged_at = -float("inf")
-        #: Calls not yet mapped (see :meth:`async_log_success_event`), and the callback that maps them.
-        self.map_delay_s = map_delay_s
-        self._pending: list[_Captured] = []
-        self._mapper: asyncio.Handle | None = None
-        self._mapper_soon = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TapPlugin:
@@ -140,19 +130,14 @@ class TapPlugin:
         return cls(**read_settings(environ).as_kwargs())
 
     async def aclose(self) -> None:
-        """Map what is pending, send what is buffered (one timeout per batch) and unreported drops,
-        then close the client."""
-        self._map_pending()
+        """Send what is buffered (one timeout per batch) and unreported drops, then close the client."""
         if self._refresher is not None and not self._refresher.done():
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
         await self.sender.aclose()
 
     def stats(self) -> dict[str, int]:
-        """Counts: ``queued``, ``sent``, ``skipped_*``, ``dropped_*`` (by reason), ``buffered`` now
-        (calls still waiting for their mapping are mapped first, when called on the event loop)."""
-        if self._pending and _loop_running():
-            self._map_pending()
+        """Counts: ``queued``, ``sent``, ``skipped_*``, ``dropped_*`` (by reason), ``buffered`` now."""
         dropped = {f"dropped_{r}": n for r, n in self.sender.dropped.items()}
         return {**self._counts, **self.sender.counts, **dropped, "buffered": self.sender.buffered}
 
@@ -163,77 +148,31 @@ class TapPlugin:
     # -- LiteLLM hooks ---------------------------------------------------------
 
     async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
-        """Take what the mapping needs of the call and map it later, with the calls around it.
-
-        Mapped one at a time, right after LiteLLM's own work for the request, a call cost the
-        proxy about four times the CPU it costs mapped in a batch (the mapping's code and data
-        are out of the processor's caches by then; issue 29). So the hook keeps references to
-        the call's logged payload and its ``litellm_params`` (objects LiteLLM replaces, never
-        edits, after logging) and reads now only what could change later (the call id, LiteLLM's
-        switch for message logging); a callback maps what is pending ``map_delay_s`` after the
-        first call (at once when ``batch_size`` calls wait). ``map_delay_s`` 0 maps in the hook."""
         try:
             if self._is_sampled is None:
                 down = self.sender.down_reason()
-                if down is not None and _plainly_an_exchange(kwargs.get("standard_logging_object"),
-                                                             kwargs.get("litellm_params"), kwargs.get("litellm_call_id")):
+                if down is not None and _plainly_an_exchange(kwargs):
                     self.sender.drop(down, 1)  # the tap is down: dropped before it is even mapped
                     return
-            if self.map_delay_s == 0:
-                exchange = self.exchange_from(kwargs)
-                if exchange is not None and self._wanted(exchange):
-                    self.sender.offer(exchange)
-                return
-            pending = self._pending
-            if len(pending) >= self.sender.max_buffer:
-                self.sender.drop("buffer_full", 1)
-                return
-            pending.append(_capture(kwargs))
-            if self._mapper is None:
-                self._mapper = asyncio.get_running_loop().call_later(self.map_delay_s, self._map_pending)
-            elif len(pending) >= self.sender.batch_size and not self._mapper_soon:
-                self._mapper.cancel()
-                self._mapper = asyncio.get_running_loop().call_soon(self._map_pending)
-                self._mapper_soon = True
+            exchange = self.exchange_from(kwargs)
+            if exchange is not None and self._wanted(exchange):
+                self.sender.offer(exchange)
         except Exception:  # a logging callback must never disturb the gateway
             self.sender.drop("error", 1)
-
-    def _map_pending(self) -> None:
-        """Map the pending calls and offer their exchanges (on the event loop; never raises)."""
-        if self._mapper is not None:
-            self._mapper.cancel()
-        self._mapper, self._mapper_soon = None, False
-        pending, self._pending = self._pending, []
-        sender = self.sender
-        for captured in pending:
-            try:
-                if self._is_sampled is None:
-                    down = sender.down_reason()
-                    if down is not None and _plainly_an_exchange(*captured[:3]):
-                        sender.drop(down, 1)
-                        continue
-                exchange = self._exchange_of(*captured)
-                if exchange is not None and self._wanted(exchange):
-                    sender.offer(exchange)
-            except Exception:
-                sender.drop("error", 1)
 
     # -- building an exchange --------------------------------------------------
 
     def exchange_from(self, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
         """The tap exchange for one LiteLLM call, or None (counted ``skipped_<reason>``, or
         dropped ``no_call_id`` when only the call id is missing)."""
-        return self._exchange_of(*_capture(kwargs))
-
-    def _exchange_of(self, slo: Any, litellm_params: Any, call_id: Any, logging_off: bool) -> dict[str, Any] | None:
-        """:meth:`exchange_from`, of what :func:`_capture` took from the call's kwargs."""
+        slo = kwargs.get("standard_logging_object")
         if not isinstance(slo, dict):
             self._counts["skipped_incomplete"] += 1
             return None
-        params = _dict(litellm_params)
+        params = _dict(kwargs.get("litellm_params"))
         metadata = _dict(params.get("metadata"))
         model_info = _dict(metadata.get("model_info")) or _dict(params.get("model_info"))
-        ctx = self._context(params, metadata, model_info, call_id, logging_off)
+        ctx = self._context(kwargs, params, metadata, model_info)
         disputed = ctx.cost_trusted and litellm_prices.disputed(
             slo, litellm_prices.known_price(model_info, slo, self._known_prices))
         if disputed:
@@ -268,15 +207,15 @@ class TapPlugin:
         # Filled by the proxy from the key *after* the body was copied in: the trusted metadata.
         metadata = _dict(params.get("metadata"))
         model_info = _dict(metadata.get("model_info")) or _dict(params.get("model_info"))
-        return self._context(params, metadata, model_info, kwargs.get("litellm_call_id"), _logging_turned_off(kwargs))
+        return self._context(kwargs, params, metadata, model_info)
 
-    def _context(self, params: Mapping[str, Any], metadata: Mapping[str, Any], model_info: Mapping[str, Any],
-                 call_id: Any, logging_off: bool) -> Context:
-        """:meth:`context_of`, given the parts of the kwargs its caller has already looked up."""
+    def _context(self, kwargs: Mapping[str, Any], params: Mapping[str, Any], metadata: Mapping[str, Any],
+                 model_info: Mapping[str, Any]) -> Context:
+        """:meth:`context_of`, given the parts of ``kwargs`` its caller has already looked up."""
         proxy_request = _dict(params.get("proxy_server_request"))
         headers = _dict(proxy_request.get("headers")) or _dict(metadata.get("headers"))
         team = metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team
-        call_id = call_id or params.get("litellm_call_id")
+        call_id = kwargs.get("litellm_call_id") or params.get("litellm_call_id")
         model = metadata.get("model_group")
         return Context(
             team=str(team),
@@ -285,7 +224,7 @@ class TapPlugin:
             model=model if isinstance(model, str) and model else None,
             route=urlsplit(str(proxy_request.get("url") or "")).path,
             headers=headers,
-            redacted=logging_off,
+            redacted=_logging_turned_off(kwargs),
             zero_cost_known=_declares_zero_price(model_info),
             cost_trusted=not _body_sets_price(proxy_request.get("body")),
             key_alias=str(metadata.get("user_api_key_alias") or ""),
@@ -332,42 +271,23 @@ def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _plainly_an_exchange(slo: Any, litellm_params: Any, call_id: Any) -> bool:
+def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
     """What a few lookups can tell of a call the mapping would send: a successful chat
     completion with a call id, not the sidecar's own. While the tap is down such a call is
     dropped unmapped (a stopped or hung sidecar then costs the gateway least); any other is
-    mapped, so that what would be skipped is still counted skipped, not dropped. Takes the
-    call's ``standard_logging_object``, ``litellm_params`` and ``litellm_call_id``."""
+    mapped, so that what would be skipped is still counted skipped, not dropped."""
+    slo = kwargs.get("standard_logging_object")
     if not isinstance(slo, dict):
         return False
     call_type = slo.get("call_type")
     if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES or slo.get("status", "success") != "success":
         return False
-    params = _dict(litellm_params)
-    if not (call_id or params.get("litellm_call_id")):
+    params = _dict(kwargs.get("litellm_params"))
+    if not (kwargs.get("litellm_call_id") or params.get("litellm_call_id")):
         return False
     headers = _dict(_dict(params.get("proxy_server_request")).get("headers")) or _dict(
         _dict(params.get("metadata")).get("headers"))
     return not has_header(headers, (SHADOW_HEADER,))
-
-
-#: What the mapping reads of a call's kwargs: its logged payload, its ``litellm_params``, its
-#: call id, and whether LiteLLM's message logging was off for it (:func:`_logging_turned_off`).
-_Captured = tuple[Any, Any, Any, bool]
-
-
-def _capture(kwargs: Mapping[str, Any]) -> _Captured:
-    """What the mapping needs of a call's kwargs, taken in the hook (see ``async_log_success_event``)."""
-    return (kwargs.get("standard_logging_object"), kwargs.get("litellm_params"), kwargs.get("litellm_call_id"),
-            _logging_turned_off(kwargs))
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:

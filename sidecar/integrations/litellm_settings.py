@@ -44,7 +44,6 @@ class Settings:
     max_buffer: int = 5000
     buffer_bytes: int = 64 << 20
     stats_every_s: float = 5.0
-    map_delay_s: float = 0.2
     admin_url: str | None = None
     admin_token: str | None = None
 
@@ -72,7 +71,6 @@ _NUMBERS: dict[str, tuple[str, tuple[Callable[[str], float], Callable[[float], b
     "BUFFER": ("max_buffer", _whole(1)),
     "BUFFER_BYTES": ("buffer_bytes", _whole(1)),
     "STATS_EVERY_S": ("stats_every_s", _seconds(zero_ok=False)),
-    "MAP_DELAY_S": ("map_delay_s", _seconds(zero_ok=True)),
 }
 _URLS = {"TAP_URL": "tap_url", "ADMIN_URL": "admin_url"}
 _TEXTS = {"TAP_TOKEN": "tap_token", "GATEWAY": "gateway", "DEFAULT_TEAM": "default_team", "ADMIN_TOKEN": "admin_token"}

@@ -22,7 +22,6 @@ stub module when it cannot be imported (the only LiteLLM name the plugin imports
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import importlib.util
 import json
@@ -464,9 +463,7 @@ async def test_a_tap_that_is_down_is_left_alone_for_a_back_off(
     clock = [1000.0]
     monkeypatch.setattr(sender_module.time, "monotonic", lambda: clock[0])
     tap = FlakyTap()
-    # map_delay_s=0: mapped in the hook, so the sender has acted when the hook returns
-    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap,
-                               map_delay_s=0)
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap)
     sender = cb.sender
 
     async def flushed() -> None:
@@ -507,9 +504,7 @@ async def test_while_the_tap_is_down_exchanges_are_dropped_unmapped_and_skips_st
     clock = [1000.0]
     monkeypatch.setattr(sender_module.time, "monotonic", lambda: clock[0])
     tap = FlakyTap()
-    # map_delay_s=0: mapped in the hook, so the sender has acted when the hook returns
-    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap,
-                               map_delay_s=0)
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=3600, transport=tap)
     mapped: list[str] = []
     exchange_from = cb.exchange_from
 
@@ -604,8 +599,7 @@ async def test_item6_drops_count_in_the_gateways_prometheus_registry(
     fake.Counter = Counter  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "prometheus_client", fake)
     sender._prometheus_counter.cache_clear()
-    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", tap_max_bytes=100, timeout_s=0.2, stats_every_s=60,
-                               map_delay_s=0)  # mapped in the hook: the drop is counted when it returns
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", tap_max_bytes=100, timeout_s=0.2, stats_every_s=60)
     await cb.async_log_success_event(small_kwargs(1), None, None, None)
     await cb.async_log_success_event(small_kwargs(2), None, None, None)
     assert incs == [("shadowtrial_plugin_dropped_total", "too_large", 1)] * 2
@@ -705,86 +699,3 @@ def test_a_plain_http_tap_loads_no_certificates_and_an_https_one_verifies() -> N
                 sender.TapSender("http://127.0.0.1:1/v1/exchanges", also_https=True)):
         assert context(tls.http()).verify_mode == ssl.CERT_REQUIRED
         assert context(tls.http()).cert_store_stats()["x509_ca"] > 0
-
-
-# -- issue 29: calls mapped off the hook, in batches ----------------------------------
-
-
-async def test_calls_are_mapped_after_the_hook_in_batches(plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hook only takes what the mapping needs; a callback maps the pending calls together
-    (``map_delay_s`` after the first, at once when ``batch_size`` wait), and ``stats()`` maps
-    what is pending before counting. Mapped one by one right after LiteLLM's work, a call cost
-    the proxy several times the CPU (issue 29)."""
-    tap = FlakyTap()
-    tap.up = True
-    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", batch_size=5, map_delay_s=3600, flush_s=3600,
-                               transport=tap)
-    batches: list[int] = []
-    map_pending = cb._map_pending
-
-    def counting() -> None:
-        batches.append(len(cb._pending))
-        map_pending()
-
-    monkeypatch.setattr(cb, "_map_pending", counting)
-    for i in range(4):
-        await cb.async_log_success_event(small_kwargs(i), None, None, None)
-    assert batches == [] and cb.sender.buffered == 0  # nothing mapped in the hook
-    await cb.async_log_success_event(small_kwargs(4), None, None, None)  # the batch is full: mapped soon
-    await wait_for(lambda: _true(cb.sender.counts["sent"] == 5), what="the batch mapped and sent")
-    assert batches == [5]
-    for i in range(5, 7):
-        await cb.async_log_success_event(small_kwargs(i), None, None, None)
-    assert cb.sender.counts["queued"] == 5 and batches == [5]
-    assert cb.stats()["queued"] == 7 and batches == [5, 2]  # stats() mapped them first
-    await cb.aclose()
-
-
-async def test_a_pending_call_is_mapped_as_it_was_logged(plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What LiteLLM changes in the kwargs after the hook returned never reaches the exchange:
-    the message-logging switches are read in the hook (content logged while logging was off is
-    never sent, whatever the switch says later), the call id too, and the logged payload is the
-    one the hook saw even if LiteLLM puts another in its place."""
-    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", map_delay_s=3600, flush_s=3600)
-    logged_off = small_kwargs(0)
-    logged_off["standard_callback_dynamic_params"] = {"turn_off_message_logging": True}
-    await cb.async_log_success_event(logged_off, None, None, None)
-    logged_off["standard_callback_dynamic_params"] = {"turn_off_message_logging": False}
-    monkeypatch.setattr(sys.modules["litellm"], "turn_off_message_logging", True, raising=False)
-    globally_off = small_kwargs(1)
-    await cb.async_log_success_event(globally_off, None, None, None)
-    monkeypatch.setattr(sys.modules["litellm"], "turn_off_message_logging", False, raising=False)
-    replaced = small_kwargs(2)
-    await cb.async_log_success_event(replaced, None, None, None)
-    replaced["litellm_call_id"] = "changed-later"
-    replaced["standard_logging_object"] = kwargs_of("shadow_header")["standard_logging_object"]
-    assert cb.sender.buffered == 0
-    cb._map_pending()
-    items = [json.loads(item) for item in cb.sender._buffer]
-    assert [(x["exchange_id"], x["redacted"]) for x in items] == [("small-0", True), ("small-1", True), ("small-2", False)]
-    assert items[0]["request"]["messages"] == [] and items[1]["response"]["content"] is None
-    await cb.aclose()
-
-
-async def test_pending_calls_are_bounded_and_sent_on_close(tmp_path: Path, plugin: types.ModuleType) -> None:
-    """No more calls wait for their mapping than the buffer holds (the rest are ``buffer_full``
-    drops, counted); ``aclose()`` maps and sends what waits."""
-    async with Harness(tmp_path) as h:
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", max_buffer=3, batch_size=100,
-                                   map_delay_s=3600, flush_s=3600)
-        for i in range(5):
-            await cb.async_log_success_event(small_kwargs(i), None, None, None)
-        assert len(cb._pending) == 3 and cb.sender.dropped["buffer_full"] == 2
-        await cb.aclose()
-        assert cb.stats()["sent"] == 3 and h.runtime.counters["exchanges_received"] == 3
-
-
-async def test_aclose_right_after_an_offer_sends_at_once() -> None:
-    """``aclose()`` before the flusher first ran used to let it start a whole ``flush_s`` wait."""
-    tap = FlakyTap()
-    tap.up = True
-    tap_sender = sender.TapSender("http://127.0.0.1:9/v1/exchanges", flush_s=3600, transport=tap)
-    tap_sender.offer({"exchange_id": "x-1"})
-    async with asyncio.timeout(10):
-        await tap_sender.aclose()
-    assert tap_sender.counts["sent"] == 1 and tap.attempts == 1
