@@ -52,9 +52,9 @@ Two options for telling a plugin's cost (tens of microseconds) from the run's no
 proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):
 
 - ``--plugin-cpu`` registers the plugin rows' callback through a timing shim (``TIMING_SHIM``)
-  that adds up, inside the proxy, the thread CPU of the plugin's hook, of the callback that maps
-  pending calls, and of its sender's background tasks (each step between awaits), and reports
-  it per hook call.
+  that adds up, inside the proxy, the thread CPU of the plugin's hook (and of a ``_map_pending``
+  callback, if the plugin has one) and of its sender's background tasks (each step between
+  awaits), and reports it per hook call.
   What the event loop spends on the sender's socket outside those steps is not in it;
   the shim's own clock reads (about 1 µs a call) are.
 - ``--compare-root DIR`` adds, for each plugin row, the same row running the plugin from
