@@ -47,6 +47,19 @@ latencies are LiteLLM's own overhead plus loopback. ``others`` is the CPU the re
 machine used meanwhile: when it is high, compare only within the run. Speed is measured,
 never asserted (DESIGN.md section 14). The run is bounded by its request counts and by
 ``--deadline`` seconds, and stops every process it started.
+
+Two options for telling a plugin's cost (tens of microseconds) from the run's noise (the
+proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):
+
+- ``--plugin-cpu`` registers the plugin rows' callback through a timing shim (``TIMING_SHIM``)
+  that adds up, inside the proxy, the thread CPU of the plugin's hook (and of a ``_map_pending``
+  callback, if the plugin has one) and of its sender's background tasks (each step between
+  awaits), and reports it per hook call.
+  What the event loop spends on the sender's socket outside those steps is not in it;
+  the shim's own clock reads (about 1 µs a call) are.
+- ``--compare-root DIR`` adds, for each plugin row, the same row running the plugin from
+  another checkout (``DIR``, e.g. a worktree of the base commit), marked ``[ref]``: before and
+  after measured in one run, their requests interleaved.
 """
 
 from __future__ import annotations
@@ -95,6 +108,81 @@ class NullCallback(CustomLogger):
 
 
 callback = NullCallback()
+'''
+#: ``--plugin-cpu``: the plugin rows' callback module, timing the plugin's own work inside the proxy.
+TIMING_SHIM = '''
+"""The shadowtrial plugin, its hook and its sender's background tasks timed (thread CPU)."""
+import json, os, time
+from sidecar.integrations.litellm import proxy_handler_instance as _plugin
+
+_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_cpu.json")
+_ns = {"hook": 0, "background": 0, "calls": 0}
+_clock = time.thread_time_ns
+
+
+class _Timed:
+    """Awaits ``coro``, adding the thread CPU of each of its steps (between awaits) to ``background``."""
+
+    def __init__(self, coro):
+        self.coro = coro
+
+    def __await__(self):
+        it, value, error = self.coro.__await__(), None, None
+        while True:
+            t0 = _clock()
+            try:
+                future = it.throw(error) if error is not None else it.send(value)
+            except StopIteration as stop:
+                _ns["background"] += _clock() - t0
+                return stop.value
+            except BaseException:
+                _ns["background"] += _clock() - t0
+                raise
+            _ns["background"] += _clock() - t0
+            value, error = None, None
+            try:
+                value = yield future
+            except BaseException as exc:  # a cancellation (a flush's timeout) goes on into the coroutine
+                error = exc
+
+
+def _timed_method(method):
+    async def timed(*args, **kwargs):
+        return await _Timed(method(*args, **kwargs))
+    return timed
+
+
+_sender = getattr(_plugin, "sender", None)
+if _sender is not None:  # a disabled plugin has none
+    for _name in ("_flush", "_report_drops"):
+        setattr(_sender, _name, _timed_method(getattr(_sender, _name)))
+    if hasattr(_plugin, "_map_pending"):  # the callback that maps pending calls in batches
+        _map = _plugin._map_pending
+
+        def _timed_map():
+            t0 = _clock()
+            try:
+                return _map()
+            finally:
+                _ns["background"] += _clock() - t0
+
+        _plugin._map_pending = _timed_map
+    _hook = _plugin.async_log_success_event
+
+    async def _timed_hook(kwargs, response_obj, start_time, end_time):
+        t0 = _clock()
+        try:
+            return await _hook(kwargs, response_obj, start_time, end_time)
+        finally:
+            _ns["hook"] += _clock() - t0
+            _ns["calls"] += 1
+            if _ns["calls"] % 100 == 0:
+                with open(_OUT + ".tmp", "w") as f:
+                    json.dump(_ns, f)
+                os.replace(_OUT + ".tmp", _OUT)
+
+    _plugin.async_log_success_event = _timed_hook
+proxy_handler_instance = _plugin
 '''
 #: ``--proxies`` names -> rows.
 SHORT = {
@@ -337,18 +425,18 @@ async def measure(
 def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_cpu: float, others_cpu: float) -> None:
     ref = figures[order[0]]
     print()
-    head = (f"{'callback':<28}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'p50 x':>8}{'p99 x':>8}"
+    head = (f"{'callback':<32}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'p50 x':>8}{'p99 x':>8}"
             f"{'req/s':>9}{'req/s x':>9}{'CPU ms/req':>12}{'CPU +ms':>9}")
     print(head)
     print("-" * len(head))
     for name in order:
         f = figures[name]
         if not f.latencies:
-            print(f"{name:<28}{'no successful request':>40}")
+            print(f"{name:<32}{'no successful request':>40}")
             continue
         cpu = f.cpu_seconds / f.requests * 1000.0 if f.requests else float("nan")
         ref_cpu = ref.cpu_seconds / ref.requests * 1000.0 if ref.requests else float("nan")
-        print(f"{name:<28}{len(f.latencies):>6}{f.errors:>5}{f.p(0.50):>9.2f}{f.p(0.99):>9.2f}"
+        print(f"{name:<32}{len(f.latencies):>6}{f.errors:>5}{f.p(0.50):>9.2f}{f.p(0.99):>9.2f}"
               f"{f.p(0.50) / ref.p(0.50):>8.3f}{f.p(0.99) / ref.p(0.99):>8.3f}"
               f"{f.rps:>9.1f}{(f.rps / ref.rps if ref.rps else float('nan')):>9.3f}{cpu:>12.3f}{cpu - ref_cpu:>+9.3f}")
     proxies_cpu = sum(f.cpu_seconds for f in figures.values())
@@ -357,6 +445,19 @@ def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_c
           f"({others_cpu / wall * 100 if wall else 0:.0f}% of one core); load average now {_loadavg()}")
     means = {name: statistics.fmean(figures[name].latencies) * 1000 for name in order if figures[name].latencies}
     print("mean latency ms: " + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
+
+
+def report_plugin_cpu(proxies: list[LiteLLMProxy]) -> None:
+    """``--plugin-cpu``: the plugin's own thread CPU per hook call, as the timing shim counted it."""
+    print("\nplugin's own CPU inside the proxy (timing shim; per hook call, all calls since the start):")
+    for proxy in proxies:
+        path = proxy.config.parent / "plugin_cpu.json"
+        if not path.exists():
+            continue
+        ns = json.loads(path.read_text())
+        calls = max(1, int(ns["calls"]))
+        print(f"  {proxy.name:<34} calls {ns['calls']:>7}  hook {ns['hook'] / calls / 1000:7.1f} us  "
+              f"background {ns['background'] / calls / 1000:6.1f} us  total {(ns['hook'] + ns['background']) / calls / 1000:7.1f} us")
 
 
 def _loadavg() -> str:
@@ -397,9 +498,15 @@ async def amain(args: argparse.Namespace) -> int:
             specs = {name: specs[name] for name in chosen(args.proxies)}
         else:
             del specs[NULL_NAME]
+        if args.compare_root:  # the same plugin rows, the plugin imported from another checkout
+            ref_root = str(Path(args.compare_root).resolve())
+            for name in [n for n in specs if n in tap]:
+                specs[f"{name} [ref]"] = (specs[name][0], {**specs[name][1], "PYTHONPATH": ref_root})
         for i, (name, (callbacks, env)) in enumerate(specs.items()):
             config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments,
                                      callbacks=[c for c in callbacks if c != NULL_CALLBACK])
+            if args.plugin_cpu and PLUGIN_CALLBACK in callbacks:
+                (config.parent / "shadowtrial_callback.py").write_text(TIMING_SHIM)
             if NULL_CALLBACK in callbacks:  # written here: a callback only this benchmark uses
                 (config.parent / "shadowtrial_null_callback.py").write_text(NULL_MODULE)
                 settings = json.loads(config.read_text())
@@ -419,6 +526,8 @@ async def amain(args: argparse.Namespace) -> int:
               f"concurrency {args.concurrency} per proxy{', streamed' if args.stream else ''})", flush=True)
         figures, wall, helpers, others = await measure(args, proxies, [fake, sidecar, sink])
         report(figures, list(specs), wall, helpers, others)
+        if args.plugin_cpu:
+            report_plugin_cpu(proxies)
         print(f"sidecar: {await sidecar_report(sidecar.hello['admin_url'], trial_id)}")
         print(f"hung server: {len(hung.accepted)} connection(s) accepted, none answered")
         return 0
@@ -454,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: all but null)")
     parser.add_argument("--pin", action="store_true", help=f"pin the proxies to CPU {PROXY_CPU} and the load "
                         f"generator, upstream, sidecar and sink to CPU {HELPER_CPU}")
+    parser.add_argument("--plugin-cpu", action="store_true", help="time the plugin's own work inside the proxy "
+                        "(a timing shim around its hook and its sender's tasks)")
+    parser.add_argument("--compare-root", default="", help="also run each plugin row with the plugin imported "
+                        "from this checkout (rows marked [ref]): before and after in one run")
     _quick(parser, argv, requests=20, throughput_requests=16, rounds=1, block=8, warmup=3, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))

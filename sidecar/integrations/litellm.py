@@ -169,8 +169,12 @@ class TapPlugin:
         if not isinstance(slo, dict):
             self._counts["skipped_incomplete"] += 1
             return None
-        ctx = self.context_of(kwargs)
-        disputed = ctx.cost_trusted and litellm_prices.disputed(slo, self._known_price(kwargs, slo))
+        params = _dict(kwargs.get("litellm_params"))
+        metadata = _dict(params.get("metadata"))
+        model_info = _dict(metadata.get("model_info")) or _dict(params.get("model_info"))
+        ctx = self._context(kwargs, params, metadata, model_info)
+        disputed = ctx.cost_trusted and litellm_prices.disputed(
+            slo, litellm_prices.known_price(model_info, slo, self._known_prices))
         if disputed:
             ctx = dataclasses.replace(ctx, cost_trusted=False)
         no_call_id = not ctx.exchange_id
@@ -189,11 +193,6 @@ class TapPlugin:
             self._count_disputed(ctx.model)
         return mapped
 
-    def _known_price(self, kwargs: Mapping[str, Any], slo: Mapping[str, Any]) -> tuple[float, float] | None:
-        params = _dict(kwargs.get("litellm_params"))
-        model_info = _dict(_dict(params.get("metadata")).get("model_info")) or _dict(params.get("model_info"))
-        return litellm_prices.known_price(model_info, slo, self._known_prices)
-
     def _count_disputed(self, model: str | None) -> None:
         self._counts["cost_disputed"] += 1
         now = time.monotonic()
@@ -207,6 +206,12 @@ class TapPlugin:
         params = _dict(kwargs.get("litellm_params"))
         # Filled by the proxy from the key *after* the body was copied in: the trusted metadata.
         metadata = _dict(params.get("metadata"))
+        model_info = _dict(metadata.get("model_info")) or _dict(params.get("model_info"))
+        return self._context(kwargs, params, metadata, model_info)
+
+    def _context(self, kwargs: Mapping[str, Any], params: Mapping[str, Any], metadata: Mapping[str, Any],
+                 model_info: Mapping[str, Any]) -> Context:
+        """:meth:`context_of`, given the parts of ``kwargs`` its caller has already looked up."""
         proxy_request = _dict(params.get("proxy_server_request"))
         headers = _dict(proxy_request.get("headers")) or _dict(metadata.get("headers"))
         team = metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team
@@ -220,7 +225,7 @@ class TapPlugin:
             route=urlsplit(str(proxy_request.get("url") or "")).path,
             headers=headers,
             redacted=_logging_turned_off(kwargs),
-            zero_cost_known=_declares_zero_price(_dict(metadata.get("model_info")) or _dict(params.get("model_info"))),
+            zero_cost_known=_declares_zero_price(model_info),
             cost_trusted=not _body_sets_price(proxy_request.get("body")),
             key_alias=str(metadata.get("user_api_key_alias") or ""),
         )

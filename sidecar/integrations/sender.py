@@ -124,6 +124,7 @@ class TapSender:
         self._buffered_bytes = 0
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
         self._reporter: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
         self._reported: dict[str, int] = {}
@@ -204,6 +205,7 @@ class TapSender:
 
     async def aclose(self) -> None:
         """Post what is buffered (one timeout per batch) and unreported drops, then close the client."""
+        self._closing = True  # a flusher that has not run yet must not start a flush_s wait either
         if self._flusher is not None and not self._flusher.done():
             self._wake.set()
             await asyncio.gather(self._flusher, return_exceptions=True)
@@ -221,7 +223,8 @@ class TapSender:
 
     async def _flush(self) -> None:
         while self._buffer:
-            if len(self._buffer) < self.batch_size and self._buffered_bytes < self.batch_bytes and self.flush_s > 0:
+            if (len(self._buffer) < self.batch_size and self._buffered_bytes < self.batch_bytes and self.flush_s > 0
+                    and not self._closing):
                 self._wake.clear()
                 try:
                     async with asyncio.timeout(self.flush_s):  # no task per wait, unlike wait_for

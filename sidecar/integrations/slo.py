@@ -101,7 +101,8 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         return Skip("failed")
     metadata = _dict(slo.get("metadata"))
     headers = ctx.headers if ctx.headers is not None else _dict(metadata.get("requester_custom_headers"))
-    if has_header(headers, (SHADOW_HEADER,)):
+    shadow, redaction_asked = _header_flags(headers)
+    if shadow:
         return Skip("shadow_call")
     exchange_id = ctx.exchange_id if ctx.exchange_id is not None else webhook_exchange_id(slo)
     model = ctx.model or _text(slo.get("model_group")) or _text(slo.get("model"))
@@ -109,8 +110,19 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
     response = slo.get("response")
     if not exchange_id or not model or not isinstance(messages, list) or not isinstance(response, dict):
         return Skip("incomplete")
-    if not all(isinstance(m, dict) for m in messages):
-        return Skip("incomplete")
+    # One pass over the messages (this runs in the gateway, per call): all objects, any
+    # content LiteLLM redacted, any nested value (only then is the nesting walked below).
+    nested = redacted_message = False
+    for m in messages:
+        if not isinstance(m, dict):
+            return Skip("incomplete")
+        if not nested:
+            for v in m.values():
+                if isinstance(v, (dict, list)):
+                    nested = True
+                    break
+        if not redacted_message and m.get("content") == REDACTED:
+            redacted_message = True
     choices = response.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = _dict(choice.get("message"))
@@ -120,10 +132,10 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         finish_reason = None
     redacted = (
         ctx.redacted
-        or requests_redaction(headers)
+        or redaction_asked
         or content == REDACTED
         or response.get("text") == REDACTED  # LiteLLM's whole response, redacted
-        or any(m.get("content") == REDACTED for m in messages)
+        or redacted_message
     )
     if redacted:
         messages, params, content = [], {}, None
@@ -131,7 +143,8 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         if not choice or not (content is None or isinstance(content, str)):
             return Skip("incomplete")
         params = {k: v for k, v in _dict(slo.get("model_parameters")).items() if k in PARAMS}
-        if not _fit_for_the_tap(messages, params):
+        # Messages without a nested value cannot nest too deep: only the params are walked then.
+        if not _fit_for_the_tap(messages if nested else [], params):
             return Skip("invalid")
     usage: dict[str, Any] = {
         "input_tokens": _count(slo.get("prompt_tokens")),
@@ -209,6 +222,18 @@ def has_header(headers: Mapping[str, Any], names: tuple[str, ...]) -> bool:
     return any(str(k).lower() in names for k in headers)
 
 
+def _header_flags(headers: Mapping[str, Any]) -> tuple[bool, bool]:
+    """:func:`has_header` for :data:`SHADOW_HEADER` and :func:`requests_redaction`, in one pass."""
+    shadow = redaction = False
+    for k, v in headers.items():
+        name = k.lower() if type(k) is str else str(k).lower()
+        if name == SHADOW_HEADER:
+            shadow = True
+        elif name in REDACTION_HEADERS and bool(v):
+            redaction = True
+    return shadow, redaction
+
+
 def requests_redaction(headers: Mapping[str, Any]) -> bool:
     """Whether the request asked LiteLLM to keep its content out of logs.
 
@@ -223,8 +248,11 @@ def _fit_for_the_tap(messages: list[Any], params: Mapping[str, Any]) -> bool:
         if value is not None and not (type(value) is int and 1 <= value <= MAX_TOKENS_PARAM):
             return False
     room = MAX_NESTING - _ITEM_LEVEL
-    nodes = [*messages, *(v for v in params.values() if isinstance(v, (dict, list)))]
-    return not any(_deeper_than(node, room) for node in nodes if isinstance(node, (dict, list)))
+    for nodes in (messages, params.values()):
+        for node in nodes:
+            if isinstance(node, (dict, list)) and _deeper_than(node, room):
+                return False
+    return True
 
 
 def _deeper_than(node: dict[str, Any] | list[Any], room: int) -> bool:

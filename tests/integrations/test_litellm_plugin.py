@@ -22,6 +22,7 @@ stub module when it cannot be imported (the only LiteLLM name the plugin imports
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import importlib.util
 import json
@@ -699,3 +700,14 @@ def test_a_plain_http_tap_loads_no_certificates_and_an_https_one_verifies() -> N
                 sender.TapSender("http://127.0.0.1:1/v1/exchanges", also_https=True)):
         assert context(tls.http()).verify_mode == ssl.CERT_REQUIRED
         assert context(tls.http()).cert_store_stats()["x509_ca"] > 0
+
+
+async def test_aclose_right_after_an_offer_sends_at_once() -> None:
+    """``aclose()`` before the flusher first ran used to let it start a whole ``flush_s`` wait."""
+    tap = FlakyTap()
+    tap.up = True
+    tap_sender = sender.TapSender("http://127.0.0.1:9/v1/exchanges", flush_s=3600, transport=tap)
+    tap_sender.offer({"exchange_id": "x-1"})
+    async with asyncio.timeout(10):
+        await tap_sender.aclose()
+    assert tap_sender.counts["sent"] == 1 and tap.attempts == 1
