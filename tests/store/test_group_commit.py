@@ -1,4 +1,4 @@
-"""The SQLite store's group commit (:class:`sidecar.store.sqlite._Writes`): the writes asked for
+"""The SQLite store's group commit (:class:`sidecar.store.group_commit.GroupCommit`): the writes asked for
 while its thread is busy are one transaction, each in a savepoint of its own; one that raises
 is rolled back alone; a process that dies mid-group loses the whole group, and crash recovery
 then gives every case of it exactly one funnel outcome."""

@@ -1,0 +1,122 @@
+"""The SQLite store's group commit: the writes asked for while the store's thread is busy run
+together in one ``BEGIN IMMEDIATE`` transaction, each in a savepoint of its own, and are handed
+back with one wake-up of each waiting event loop (see :mod:`sidecar.store.sqlite`)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+class GroupCommit:
+    """Group commit: writes asked for on any event loop, run on the store's thread in groups.
+
+    :meth:`ask` queues a write and, unless a flush is already waiting on the store's thread,
+    submits one. A flush takes every write queued by the time it starts, so the writes asked
+    for while the thread was busy (the previous group, a read) go in one transaction. Results
+    are handed back with one ``call_soon_threadsafe`` per loop per group. A write whose caller
+    was cancelled before its group started is not run (as a job never started by an executor)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._due = False  # a flush is submitted and has not taken the queue yet
+
+    async def ask(self, fn: Callable[[sqlite3.Connection], T], executor: ThreadPoolExecutor,
+                  conn: sqlite3.Connection) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            self._queue.append((fn, fut))
+            submit = not self._due
+            self._due = True
+        if submit:
+            # At the end of this turn of the loop, so the writes the other tasks ask for in the
+            # same turn join the group: each hand-off wakes the store's thread, which on a busy
+            # core is a switch there and back (and a GIL handover).
+            loop.call_soon(self._submit, executor, conn)
+        return await fut
+
+    def _submit(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        try:
+            executor.submit(self._flush, conn)
+        except BaseException as exc:  # the store closed meanwhile: nothing will run what is queued
+            with self._lock:
+                group, self._queue = self._queue, []
+                self._due = False
+            _settle([(fut, False, exc) for _, fut in group])
+
+    def _flush(self, conn: sqlite3.Connection) -> None:
+        """On the store's thread: run what is queued as one transaction, then hand back."""
+        with self._lock:
+            group, self._queue = self._queue, []
+            self._due = False
+        group = [(fn, fut) for fn, fut in group if not fut.cancelled()]
+        if not group:
+            return
+        outcomes = run_group(conn, [fn for fn, _ in group])
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        for (_, fut), (ok, value) in zip(group, outcomes):
+            by_loop.setdefault(fut.get_loop(), []).append((fut, ok, value))
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:  # that loop is closed: nobody waits for these any more
+                pass
+
+
+def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+    """Run ``fns`` in one ``BEGIN IMMEDIATE`` transaction, each in a savepoint of its own; per
+    write, (True, its result) or (False, what it raised). A write that raises is rolled back to
+    its savepoint alone. If the transaction itself fails (the write lock not had, the commit
+    refused, or SQLite rolled it back under a write), every write fails with that error: none
+    of them is committed."""
+    single = len(fns) == 1  # the transaction is the write: no savepoint needed
+    out: list[tuple[bool, Any]] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except BaseException as exc:
+        return [(False, exc)] * len(fns)
+    try:
+        for fn in fns:
+            if not single:
+                conn.execute("SAVEPOINT w")
+            try:
+                result = fn(conn)
+            except Exception as exc:
+                if not conn.in_transaction:  # SQLite ended the transaction: the group is lost
+                    raise
+                if single:
+                    conn.execute("ROLLBACK")
+                    return [(False, exc)]
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+                out.append((False, exc))
+                continue
+            if not single:
+                conn.execute("RELEASE w")
+            out.append((True, result))
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        return [(False, exc)] * len(fns)
+    return out
+
+
+def _settle(settled: Sequence[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in settled:
+        if fut.cancelled():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
