@@ -21,6 +21,7 @@ from sidecar.collector.server import CollectorServer
 from sidecar.config import Config, load_config
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, Harness, default_models, exchange, wait_for, write_config
+from tests.ports import reserved_port
 from tests.uplink.kit import AUDIENCE, ISSUER, KID, UplinkKit
 
 TEAM_POSTURE = "/v1/teams/team-a/posture"
@@ -221,8 +222,12 @@ async def test_a_restarted_collector_judges_what_it_stored_but_had_not_run(
         pg = request.getfixturevalue("pg_server")
         store_url = pg.create_database()
         request.addfinalizer(lambda: pg.drop_database(store_url))
-    async with Collector(kit, tmp_path / "collector", providers=False, store_url=store_url) as first:
-        port = first.server.port if first.server else None
+    with reserved_port() as port:  # kept for the second life
+        await _two_lives(tmp_path, kit, store_url, port)
+
+
+async def _two_lives(tmp_path: Path, kit: UplinkKit, store_url: str, port: int) -> None:
+    async with Collector(kit, tmp_path / "collector", providers=False, port=port, store_url=store_url) as first:
         async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, first.url)) as h:
             await _cut_over(h, True)
             t = await h.create_trial()

@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 from tests.harness import CANDIDATE, Harness, exchange, wait_for
+from tests.ports import reserved_port
 from tests.uplink.kit import UplinkKit
 from tests.uplink.test_control_plane_e2e import Collector, _cut_over, sidecar_toml
 
@@ -102,9 +103,14 @@ async def test_exchanges_held_while_the_collector_was_away_and_the_trial_was_re_
 
 async def _away_then_back(tmp_path: Path, kit: UplinkKit, store_url: str, *, resumed_while_away: bool) -> None:
     # A port the collector will listen on once it is back: it is away while the trial runs and pauses.
-    async with Collector(kit, tmp_path / "collector-probe", providers=False, store_url=store_url) as probe:
+    with reserved_port() as port:  # kept while the collector is away
+        await _away_on(tmp_path, kit, store_url, port, resumed_while_away=resumed_while_away)
+
+
+async def _away_on(tmp_path: Path, kit: UplinkKit, store_url: str, port: int, *, resumed_while_away: bool) -> None:
+    async with Collector(kit, tmp_path / "collector-probe", providers=False, port=port, store_url=store_url) as probe:
         assert probe.server
-        port, url = probe.server.port, probe.url
+        url = probe.url
     (tmp_path / "sidecar").mkdir()
     async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, url), refresh_seconds=0.2) as h:
         assert h.admin

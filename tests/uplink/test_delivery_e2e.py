@@ -15,6 +15,7 @@ import pytest
 import httpx
 
 from tests.harness import Harness, exchange, wait_for
+from tests.ports import reserved_port
 from tests.uplink.kit import UplinkKit
 
 
@@ -57,9 +58,13 @@ async def test_every_case_result_reaches_the_collector_exactly_once(tmp_path: Pa
 
 async def test_collector_down_then_back_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     kit = UplinkKit(tmp_path)
-    collector = kit.collector()
+    with reserved_port() as port:  # kept for the restart below
+        await _down_then_back(kit, tmp_path, port)
+
+
+async def _down_then_back(kit: UplinkKit, tmp_path: Path, port: int) -> None:
+    collector = kit.collector(port=port)
     await collector.start()
-    port = collector.port
     try:
         async with Harness(tmp_path, extra=kit.uplink_toml(collector.url)) as h:
             t = await h.create_trial()
@@ -122,9 +127,13 @@ async def test_a_full_outbox_stops_sampling_and_never_drops_a_recorded_result(tm
     ``shed_outbox_full``; the records already written all reach the collector once it is back,
     and sampling resumes."""
     kit = UplinkKit(tmp_path)
-    collector = kit.collector()
+    with reserved_port() as port:  # kept for the restart below
+        await _full_outbox(kit, tmp_path, port)
+
+
+async def _full_outbox(kit: UplinkKit, tmp_path: Path, port: int) -> None:
+    collector = kit.collector(port=port)
     await collector.start()
-    port = collector.port
     await collector.stop()  # down from the start: every record waits
     try:
         async with Harness(tmp_path, extra=kit.uplink_toml(collector.url, max_outbox_records=10, state_interval_seconds=3600.0)) as h:

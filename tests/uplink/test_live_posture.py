@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness import Harness, exchange, wait_for
+from tests.ports import reserved_port
 from tests.uplink.kit import UplinkKit
 from tests.uplink.test_collector import exchange_record, post
 from tests.uplink.test_control_plane_e2e import _cut_over, sidecar_toml
@@ -81,10 +82,14 @@ async def test_a_collector_restarted_with_an_empty_store_learns_the_posture_with
     """The posture is sent again every few heartbeats, changed or not: a collector that lost it
     (restarted on an empty store here; a lost record alike) learns it again, no trial needed."""
     kit = UplinkKit(tmp_path)
-    collector = kit.collector()
+    with reserved_port() as port:  # kept for the restart below
+        await _restarted_empty(kit, tmp_path, port)
+
+
+async def _restarted_empty(kit: UplinkKit, tmp_path: Path, port: int) -> None:
+    collector = kit.collector(port=port)
     await collector.start()
     try:
-        port = collector.port
         (tmp_path / "sidecar").mkdir()
         async with Harness(tmp_path / "sidecar", extra=sidecar_toml(kit, collector.url), lease_seconds=0.6) as h:
             await _cut_over(h, True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,6 +15,7 @@ import pytest
 
 from sidecar.cli.main import main
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
+from tests.ports import reserved_port
 
 UNPRICED_EXTRA = """
 [models.unpriced-model]
@@ -45,12 +45,6 @@ def env_for(h: Harness) -> dict[str, str]:
 def create_args(*extra: str) -> list[str]:
     return ["trials", "create", "--team", "team-a", "--incumbent", INCUMBENT, "--candidate", CANDIDATE,
             "--cap-usd", "2.5", *extra]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_create_show_list_stop_and_live(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,8 +120,9 @@ async def test_json_output_parses(tmp_path: Path, capsys: pytest.CaptureFixture[
 async def test_admin_flag_wins_over_the_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     async with Harness(tmp_path) as h:
         assert h.sidecar
-        env = {"SHADOWTRIAL_ADMIN_URL": f"http://127.0.0.1:{free_port()}"}
-        assert await cli(["trials", "list", "--admin", h.sidecar.admin_url + "/"], env) == 0
+        with reserved_port() as nobody:
+            env = {"SHADOWTRIAL_ADMIN_URL": f"http://127.0.0.1:{nobody}"}
+            assert await cli(["trials", "list", "--admin", h.sidecar.admin_url + "/"], env) == 0
         assert capsys.readouterr().out.strip() == "no trials"
 
 
@@ -186,13 +181,14 @@ async def test_stopping_twice_exits_nonzero(tmp_path: Path, capsys: pytest.Captu
 
 
 async def test_an_unreachable_admin_url_fails_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{free_port()}"
-    for argv in (["trials", "list"], ["live"], create_args()):
-        with pytest.raises(SystemExit) as info:
-            await cli(argv, {"SHADOWTRIAL_ADMIN_URL": url})
-        message = str(info.value.code)
-        assert message.startswith(f"shadowtrial: cannot reach the admin API at {url}/v1/"), message
-        assert "Traceback" not in message
+    with reserved_port() as nobody:  # held, with nothing listening: refused every time
+        url = f"http://127.0.0.1:{nobody}"
+        for argv in (["trials", "list"], ["live"], create_args()):
+            with pytest.raises(SystemExit) as info:
+                await cli(argv, {"SHADOWTRIAL_ADMIN_URL": url})
+            message = str(info.value.code)
+            assert message.startswith(f"shadowtrial: cannot reach the admin API at {url}/v1/"), message
+            assert "Traceback" not in message
     assert capsys.readouterr().out == ""
 
 

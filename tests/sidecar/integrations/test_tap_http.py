@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from sidecar.integrations import sender
 from sidecar.integrations.tap_http import TapConnection, TapTimeout, TapUnreachable
 from tests.harness import Harness
+from tests.ports import reserved_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -122,10 +122,7 @@ async def test_a_hung_tap_times_out_and_a_closed_port_is_unreachable() -> None:
             await conn.post(b"[]")
         release.set()
         await conn.aclose()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with pytest.raises(TapUnreachable):
+    with reserved_port() as port, pytest.raises(TapUnreachable):  # held, with no listener: refused
         await TapConnection(f"http://127.0.0.1:{port}/", timeout_s=2.0).post(b"[]")
 
     async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import logging
 import random
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
@@ -25,6 +24,7 @@ from sidecar.providers.errors import ProviderClosedError, ProviderConfigError
 from sidecar.providers.factory import make_provider
 from sidecar.providers.openai import OpenAIProvider, parse_chat_completion
 from sidecar.providers.retry import RetryPolicy, parse_retry_after
+from tests.ports import reserved_port
 
 KEY = "sk-very-secret-key-123"
 WEATHER_TOOL = {
@@ -238,12 +238,10 @@ async def test_read_timeout_is_not_retried_and_may_have_billed() -> None:
 
 
 async def test_refused_connection_is_retried_then_reported() -> None:
-    with socket.socket() as s:  # a port that was free a moment ago and has no listener now
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     sleep = SleepRecorder()
-    async with OpenAIProvider(f"http://127.0.0.1:{port}/v1", KEY, **client_opts(sleep, max_retries=2)) as provider:
-        result = await provider.chat(ask())
+    with reserved_port() as port:  # held, with no listener: refused every time
+        async with OpenAIProvider(f"http://127.0.0.1:{port}/v1", KEY, **client_opts(sleep, max_retries=2)) as provider:
+            result = await provider.chat(ask())
     assert (result.ok, result.error, result.attempts, result.status) == (False, "connection", 3, None)
     assert result.may_have_billed is False and len(sleep.delays) == 2
 
