@@ -17,7 +17,8 @@ import pytest
 from sidecar.cli.send import Progress, Tally, rate
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
-from tests.sidecar.cli.test_cli import cli, free_port
+from tests.ports import reserved_port
+from tests.sidecar.cli.test_cli import cli
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "deploy" / "examples" / "exchanges.jsonl"
@@ -113,18 +114,19 @@ async def test_the_tap_credential_is_sent_and_never_printed(tmp_path: Path, caps
 
 async def test_an_unreachable_tap_is_one_line_and_status_1(tmp_path: Path) -> None:
     """In a real process: no traceback, one line naming the URL, exit status 1."""
-    url = f"http://127.0.0.1:{free_port()}"
-    env = {"PATH": os.environ.get("PATH", ""), "SHADOWTRIAL_TAP_TOKEN": "never-shown-4c2a"}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar.cli", "send", str(EXAMPLE), "--tap", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 1
-    assert out == b""
-    lines = err.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"shadowtrial: cannot reach the tap at {url}/v1/exchanges: ")
-    assert b"never-shown" not in err
+    with reserved_port() as nobody:  # held, with nothing listening: refused
+        url = f"http://127.0.0.1:{nobody}"
+        env = {"PATH": os.environ.get("PATH", ""), "SHADOWTRIAL_TAP_TOKEN": "never-shown-4c2a"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "sidecar.cli", "send", str(EXAMPLE), "--tap", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode == 1
+        assert out == b""
+        lines = err.decode().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"shadowtrial: cannot reach the tap at {url}/v1/exchanges: ")
+        assert b"never-shown" not in err
 
 
 @pytest.mark.parametrize(("text", "per_second"), [("200", 200.0), ("200/s", 200.0), ("600/min", 10.0),
