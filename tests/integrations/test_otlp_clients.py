@@ -20,7 +20,6 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -88,6 +87,8 @@ def instrumented(kind: str, content: bool, tap_url: str, team: str,
 
 
 async def call_app(upstream: FakeProvider, prompts: list[str]) -> None:
+    import openai  # here, not at the top: importing the client costs every collecting worker about a second
+
     gate = asyncio.Semaphore(4)
     async with openai.AsyncOpenAI(base_url=upstream.base_url, api_key="sk-app", max_retries=0) as client:
         async def one(prompt: str) -> None:

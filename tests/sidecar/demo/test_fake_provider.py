@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
@@ -397,6 +396,8 @@ async def test_stream_is_deterministic_and_the_response_id_can_repeat() -> None:
 
 
 async def test_official_openai_client_reads_the_stream() -> None:
+    import openai  # here, not at the top: importing the client costs every collecting worker about a second
+
     models = {"cand": FakeModel(quality=0.7, quality_noise=0.0)}
     async with FakeProvider(models, seed=2) as fp:
         async with openai.AsyncOpenAI(base_url=fp.base_url, api_key="sk-test", max_retries=0) as client:
