@@ -500,7 +500,7 @@ def start_proxies(proxies: Sequence[LiteLLMProxy], timeout_s: float = 120.0) -> 
 _CALLER_TLS: ssl.SSLContext | None = None
 
 
-def caller_http_client() -> httpx.AsyncClient:
+def caller_http_client() -> Any:
     """The HTTP client for one official ``openai`` client calling a proxy (``http_client=``):
     openai's own defaults, with one TLS context for the whole session. Without it every client
     loads the CA bundle again, about 50 ms of CPU, and the tests build one per call; the proxies
@@ -510,8 +510,7 @@ def caller_http_client() -> httpx.AsyncClient:
     global _CALLER_TLS
     if _CALLER_TLS is None:
         _CALLER_TLS = ssl.create_default_context()
-    client: httpx.AsyncClient = openai.DefaultAsyncHttpxClient(verify=_CALLER_TLS)
-    return client
+    return openai.DefaultAsyncHttpxClient(verify=_CALLER_TLS)  # openai's own httpx, not this module's
 
 
 # --- servers on a loop of their own ----------------------------------------------------
