@@ -393,6 +393,19 @@ def free_port() -> int:
         return port
 
 
+_TLS: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """One default TLS context for every HTTP client here (``verify=``): an httpx client built
+    without one loads the CA bundle, tenths of a second of CPU, though all it calls is plain
+    HTTP on 127.0.0.1."""
+    global _TLS
+    if _TLS is None:
+        _TLS = ssl.create_default_context()
+    return _TLS
+
+
 # --- the proxy process -----------------------------------------------------------------
 
 
@@ -447,7 +460,7 @@ class LiteLLMProxy:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
+        with httpx.Client(timeout=2.0, trust_env=False, verify=tls_context()) as client:
             while True:
                 assert self.process is not None
                 code = self.process.poll()
@@ -497,20 +510,14 @@ def start_proxies(proxies: Sequence[LiteLLMProxy], timeout_s: float = 120.0) -> 
 
 # --- the callers ------------------------------------------------------------------------
 
-_CALLER_TLS: ssl.SSLContext | None = None
-
-
 def caller_http_client() -> Any:
     """The HTTP client for one official ``openai`` client calling a proxy (``http_client=``):
-    openai's own defaults, with one TLS context for the whole session. Without it every client
-    loads the CA bundle again, about 50 ms of CPU, and the tests build one per call; the proxies
-    speak plain HTTP, so the context is never used. (``openai`` closes it with its client.)"""
+    openai's own defaults, with one TLS context for the whole session (:func:`tls_context`).
+    Without it every client loads the CA bundle again, about 50 ms of CPU, and the tests build
+    one per call. (``openai`` closes it with its client.)"""
     import openai
 
-    global _CALLER_TLS
-    if _CALLER_TLS is None:
-        _CALLER_TLS = ssl.create_default_context()
-    return openai.DefaultAsyncHttpxClient(verify=_CALLER_TLS)  # openai's own httpx, not this module's
+    return openai.DefaultAsyncHttpxClient(verify=tls_context())  # openai's own httpx, not this module's
 
 
 # --- servers on a loop of their own ----------------------------------------------------
@@ -598,7 +605,7 @@ class Relay:
         await self._runner.setup()
         await web.TCPSite(self._runner, HOST, 0).start()
         self.port = self._runner.addresses[0][1]
-        self._client = httpx.AsyncClient(timeout=30.0, trust_env=False)
+        self._client = httpx.AsyncClient(timeout=30.0, trust_env=False, verify=tls_context())
         self._open = asyncio.Event()
         self._open.set()
 
