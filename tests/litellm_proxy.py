@@ -510,6 +510,7 @@ def start_proxies(proxies: Sequence[LiteLLMProxy], timeout_s: float = 120.0) -> 
 
 # --- the callers ------------------------------------------------------------------------
 
+
 def caller_http_client() -> Any:
     """The HTTP client for one official ``openai`` client calling a proxy (``http_client=``):
     openai's own defaults, with one TLS context for the whole session (:func:`tls_context`).
