@@ -40,6 +40,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,7 @@ TEAM_KEYS: dict[str, tuple[str, str]] = {
     for team in ("team-a", "team-b", "team-c", "team-d", "team-e", "team-f", "team-g", "team-h", "victim")
 }
 _MARKER = ".shadowtrial-ready"
+_OTEL_MARKER = ".shadowtrial-otel-ready"
 _BUILD_TIMEOUT_S = 900.0
 
 T = TypeVar("T")
@@ -191,27 +193,47 @@ def _build_env() -> dict[str, str]:
     return env
 
 
+def _otel_marker_text() -> str:
+    return f"{_marker_text()}{' '.join(OTEL_REQUIREMENTS)}\n"
+
+
 def ensure_otel_exporter(venv: Path, *, timeout_s: float = 300.0) -> None:
     """Install :data:`OTEL_REQUIREMENTS` into a built environment that lacks them (under the
-    build's lock). Raises :class:`LiteLLMUnavailable` when pip cannot."""
-    probe = [str(venv_python(venv)), "-c", _OTEL_PROBE]
-    if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode == 0:
-        return
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode == 0:
-            return
-        done = subprocess.run(
-            [str(venv_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             *OTEL_REQUIREMENTS], capture_output=True, text=True, env=_build_env(), timeout=timeout_s)
-        if done.returncode != 0:
-            raise LiteLLMUnavailable(f"could not install {', '.join(OTEL_REQUIREMENTS)}:\n{done.stdout[-2000:]}")
+    build's lock). Raises :class:`LiteLLMUnavailable` when pip cannot.
 
-
-def litellm_or_skip() -> Path:
-    """The LiteLLM environment, or the test ends: ``pytest.fail`` under CI, ``pytest.skip`` elsewhere."""
+    A probe that imported them leaves a marker (:data:`_OTEL_MARKER`) naming the build and the
+    requirements, so later sessions read a file instead of starting a Python that imports them."""
+    marker = venv / _OTEL_MARKER
     try:
-        return ensure_litellm_venv()
+        if marker.read_text() == _otel_marker_text():
+            return
+    except OSError:
+        pass
+    probe = [str(venv_python(venv)), "-c", _OTEL_PROBE]
+    if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode != 0:
+        with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if subprocess.run(probe, capture_output=True, env=_build_env(), timeout=120).returncode != 0:
+                done = subprocess.run(
+                    [str(venv_python(venv)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                     *OTEL_REQUIREMENTS], capture_output=True, text=True, env=_build_env(), timeout=timeout_s)
+                if done.returncode != 0:
+                    raise LiteLLMUnavailable(
+                        f"could not install {', '.join(OTEL_REQUIREMENTS)}:\n{done.stdout[-2000:]}")
+    try:
+        marker.write_text(_otel_marker_text())
+    except OSError:
+        pass  # a read-only environment: probed again next time
+
+
+def litellm_or_skip(*, otel: bool = False) -> Path:
+    """The LiteLLM environment (with ``otel``, its OTLP exporter too: :func:`ensure_otel_exporter`),
+    or the test ends: ``pytest.fail`` under CI, ``pytest.skip`` elsewhere."""
+    try:
+        venv = ensure_litellm_venv()
+        if otel:
+            ensure_otel_exporter(venv)
+        return venv
     except LiteLLMUnavailable as exc:
         reason = f"a real LiteLLM proxy ({REQUIREMENT}) is not available: {exc}"
         if os.environ.get("CI"):
@@ -371,6 +393,19 @@ def free_port() -> int:
         return port
 
 
+_TLS: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """One default TLS context for every HTTP client here (``verify=``): an httpx client built
+    without one loads the CA bundle, tenths of a second of CPU, though all it calls is plain
+    HTTP on 127.0.0.1."""
+    global _TLS
+    if _TLS is None:
+        _TLS = ssl.create_default_context()
+    return _TLS
+
+
 # --- the proxy process -----------------------------------------------------------------
 
 
@@ -425,7 +460,7 @@ class LiteLLMProxy:
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
+        with httpx.Client(timeout=2.0, trust_env=False, verify=tls_context()) as client:
             while True:
                 assert self.process is not None
                 code = self.process.poll()
@@ -471,6 +506,19 @@ def start_proxies(proxies: Sequence[LiteLLMProxy], timeout_s: float = 120.0) -> 
         for proxy in proxies:
             proxy.stop()
         raise
+
+
+# --- the callers ------------------------------------------------------------------------
+
+
+def caller_http_client() -> Any:
+    """The HTTP client for one official ``openai`` client calling a proxy (``http_client=``):
+    openai's own defaults, with one TLS context for the whole session (:func:`tls_context`).
+    Without it every client loads the CA bundle again, about 50 ms of CPU, and the tests build
+    one per call. (``openai`` closes it with its client.)"""
+    import openai
+
+    return openai.DefaultAsyncHttpxClient(verify=tls_context())  # openai's own httpx, not this module's
 
 
 # --- servers on a loop of their own ----------------------------------------------------
@@ -520,15 +568,19 @@ _FORWARDED = ("content-type", "content-encoding", "authorization", "shadowtrial-
 class Relay:
     """Sits where the gateway's tap URL points: records every POST (a :class:`Delivery`) and
     forwards it unchanged to ``target`` (a sidecar's tap root, set per test), answering what
-    the sidecar answered; with no target it answers 503. Runs on a :class:`BackgroundLoop`,
-    so a proxy started once per session can feed a fresh sidecar in every test.
+    the sidecar answered; with no target it answers 503 — but a POST to one of the ``absorb``
+    paths it records and answers 200 (an OTLP exporter retries a 503 for seconds, so a span
+    exported between two tests would reach the next test's sidecar). Runs on a
+    :class:`BackgroundLoop`, so a proxy started once per session can feed a fresh sidecar in
+    every test.
 
     ``hold()`` keeps every POST waiting unanswered (``held`` counts them) until ``release()``:
     a plugin that posts one batch at a time then gathers what comes meanwhile into the
     next batches, so a test can make calls share a batch without a long flush interval."""
 
-    def __init__(self, loop: BackgroundLoop) -> None:
+    def __init__(self, loop: BackgroundLoop, absorb: Sequence[str] = ()) -> None:
         self._loop = loop
+        self._absorb = frozenset(absorb)
         self.target: str | None = None
         self.held = 0
         self._open: asyncio.Event | None = None
@@ -554,7 +606,7 @@ class Relay:
         await self._runner.setup()
         await web.TCPSite(self._runner, HOST, 0).start()
         self.port = self._runner.addresses[0][1]
-        self._client = httpx.AsyncClient(timeout=30.0, trust_env=False)
+        self._client = httpx.AsyncClient(timeout=30.0, trust_env=False, verify=tls_context())
         self._open = asyncio.Event()
         self._open.set()
 
@@ -582,6 +634,8 @@ class Relay:
                 status, answer = r.status_code, r.content
             except httpx.TransportError:
                 status = 502
+        elif request.path in self._absorb:
+            status, answer = 200, b"{}"
         with self._lock:
             self._deliveries.append(Delivery(request.path, dict(request.query), headers, body, status))
         return web.Response(status=status, body=answer, content_type="application/json")
@@ -678,13 +732,26 @@ def upstream_models() -> dict[str, Any]:
     }
 
 
+#: The team the ``webhook`` proxy's OpenTelemetry spans are bound to (``OTEL_RESOURCE_ATTRIBUTES``),
+#: and the path they are exported to.
+OTEL_TEAM = "team-o"
+OTLP_TRACES = "/v1/traces"
+
+
 @dataclass
 class Gateway:
     """What the ``gateway`` fixture yields: three proxies in front of one fake upstream —
     ``plain`` (no callbacks), ``plugin`` (shadowtrial's plugin, tap URL = the relay's
     ``/v1/exchanges``) and ``webhook`` (the generic-API-format sender to the relay's
-    ``/v1/integrations/litellm?team=team-w``, and LiteLLM's own ``generic_api`` logger to the
-    same URL with ``&via=generic_api``) — and the :class:`Relay` they post to."""
+    ``/v1/integrations/litellm?team=team-w``, LiteLLM's own ``generic_api`` logger to the
+    same URL with ``&via=generic_api``, and LiteLLM's built-in ``otel`` callback exporting
+    OTLP/HTTP to the relay's ``/v1/traces``, its spans bound to :data:`OTEL_TEAM`; also
+    :attr:`otel`) — and the :class:`Relay` they post to.
+
+    One session starts these three and no more: each proxy imports LiteLLM, several seconds
+    of CPU, so the OpenTelemetry tests share the webhook proxy rather than start their own.
+    The fixture lives in ``tests/integrations/conftest.py``: a test module importing it would
+    define a second, separate session fixture and start three more proxies."""
 
     proxies: ProxySet
     relay: Relay
@@ -702,17 +769,22 @@ class Gateway:
     def webhook(self) -> LiteLLMProxy:
         return self.proxies["webhook"]
 
+    @property
+    def otel(self) -> LiteLLMProxy:
+        """The proxy running LiteLLM's ``otel`` callback (the webhook one)."""
+        return self.proxies["webhook"]
+
 
 @pytest.fixture(scope="session")
 def litellm_venv() -> Path:
-    return litellm_or_skip()
+    return litellm_or_skip(otel=True)
 
 
 @pytest.fixture(scope="session")
 def gateway(litellm_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     loop = BackgroundLoop()
     upstream = run_upstream(loop, upstream_models())
-    relay = Relay(loop)
+    relay = Relay(loop, absorb=(OTLP_TRACES,))
     relay.start()
     webhook_url = f"{relay.root_url}/v1/integrations/litellm?team={WEBHOOK_TEAM}"
     specs: dict[str, tuple[Sequence[str], Mapping[str, str]]] = {
@@ -724,11 +796,14 @@ def gateway(litellm_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "LITELLM_SHADOWTRIAL_TIMEOUT_S": "30",  # outlasts a Relay.hold()
             "LITELLM_SHADOWTRIAL_STATS_EVERY_S": "0.1",
         }),
-        "webhook": ((GENERIC_CALLBACK, LITELLM_GENERIC_API), {
+        "webhook": ((GENERIC_CALLBACK, LITELLM_GENERIC_API, "otel"), {
             "SHADOWTRIAL_TEST_GENERIC_ENDPOINT": webhook_url,
             "SHADOWTRIAL_TEST_GENERIC_FLUSH_S": "0.05",
             "GENERIC_LOGGER_ENDPOINT": webhook_url + "&via=generic_api",
             "DEFAULT_FLUSH_INTERVAL_SECONDS": "1",
+            "OTEL_EXPORTER": "otlp_http", "OTEL_ENDPOINT": relay.root_url + OTLP_TRACES,
+            "OTEL_RESOURCE_ATTRIBUTES": f"shadowtrial.team={OTEL_TEAM}", "OTEL_SERVICE_NAME": "litellm-otel",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
         }),
     }
     try:

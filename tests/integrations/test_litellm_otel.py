@@ -1,19 +1,22 @@
 """The real LiteLLM 1.80.0 proxy's built-in ``otel`` callback feeding trials through the tap's
 ``POST /v1/traces`` (issue 30).
 
-One proxy (``tests/litellm_proxy.py``; its environment gets the OTLP/HTTP exporter from
-:func:`ensure_otel_exporter`) with ``callbacks: ["otel"]``, ``OTEL_EXPORTER=otlp_http`` to a
-:class:`Relay` that records every export and forwards it to the test's fresh sidecar. The
-proxy serves team ``team-o`` (its keys map to teams through ``custom_auth``; the operator
-binds the proxy's spans to the team with ``OTEL_RESOURCE_ATTRIBUTES=shadowtrial.team=team-o``).
-Synchronisation: polling the relay and the trial with a deadline, never a sleep.
+The session's ``webhook`` proxy (``tests/litellm_proxy.py``, the ``gateway`` fixture; its
+environment gets the OTLP/HTTP exporter from :func:`ensure_otel_exporter`) runs ``callbacks:
+[..., "otel"]`` with ``OTEL_EXPORTER=otlp_http`` to the session's :class:`Relay`, which records
+every export and forwards it to the test's fresh sidecar. The proxy serves team ``team-o`` (its
+keys map to teams through ``custom_auth``; the operator binds the proxy's spans to the team with
+``OTEL_RESOURCE_ATTRIBUTES=shadowtrial.team=team-o``). Sharing the proxy saves starting one
+(LiteLLM's import is seconds of CPU); what its other callbacks send the sidecar goes to team
+``team-w``, which has no trial here. Synchronisation: polling the relay and the trial with a
+deadline, never a sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, wait_for
-from tests.litellm_proxy import (
-    DEPLOYMENTS, BackgroundLoop, LiteLLMProxy, Relay, ensure_otel_exporter, launch, litellm_or_skip, run_upstream,
-    upstream_models,
-)
+from tests.litellm_proxy import OTEL_TEAM, OTLP_TRACES, Gateway, LiteLLMProxy, Relay, caller_http_client
 
-TEAM = "team-o"
+TEAM = OTEL_TEAM
 KEY = "sk-team-a"  # custom_auth: team-a-id / team-a; the proxy's spans are bound to TEAM by the operator
 CASES = 40
 
@@ -45,7 +45,7 @@ class OtelGateway:
     def spans(self) -> list[dict[str, Any]]:
         """The attributes of every span the proxy exported so far (string values)."""
         out = []
-        for delivery in self.relay.deliveries("/v1/traces"):
+        for delivery in self.relay.deliveries(OTLP_TRACES):
             request = ExportTraceServiceRequest()
             request.ParseFromString(delivery.body)
             for rs in request.resource_spans:
@@ -55,33 +55,16 @@ class OtelGateway:
         return out
 
 
-@pytest.fixture(scope="module")
-def otel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OtelGateway]:
-    venv = litellm_or_skip()
-    ensure_otel_exporter(venv)
-    loop = BackgroundLoop()
-    upstream = run_upstream(loop, upstream_models())
-    relay = Relay(loop)
-    relay.start()
-    env = {
-        "OTEL_EXPORTER": "otlp_http", "OTEL_ENDPOINT": f"{relay.root_url}/v1/traces",
-        "OTEL_RESOURCE_ATTRIBUTES": f"shadowtrial.team={TEAM}", "OTEL_SERVICE_NAME": "litellm-otel",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }
-    try:
-        with launch(venv, tmp_path_factory.mktemp("litellm-otel"), upstream=upstream.base_url,
-                    deployments=DEPLOYMENTS, specs={"otel": (("otel",), env)}) as proxies:
-            yield OtelGateway(proxies["otel"], relay)
-    finally:
-        relay.stop()
-        loop.run(upstream.stop())
-        loop.close()
+@pytest.fixture
+def otel_gateway(gateway: Gateway) -> OtelGateway:
+    return OtelGateway(gateway.otel, gateway.relay)
 
 
 @pytest.fixture
 async def sidecar(tmp_path: Path, otel_gateway: OtelGateway) -> AsyncIterator[Harness]:
     async with Harness(tmp_path, models=sidecar_models()) as h:
         assert h.sidecar is not None
+        await drained(otel_gateway)
         otel_gateway.relay.clear()
         otel_gateway.relay.target = h.sidecar.tap_url
         try:
@@ -92,7 +75,8 @@ async def sidecar(tmp_path: Path, otel_gateway: OtelGateway) -> AsyncIterator[Ha
 
 async def chat(proxy: LiteLLMProxy, content: str, *, stream: bool = False, extra_body: dict[str, Any] | None = None,
                ) -> None:
-    async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=60.0) as client:
+    async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=60.0,
+                                  http_client=caller_http_client()) as client:
         if stream:
             chunks = await client.chat.completions.create(
                 model="inc-model", messages=[{"role": "user", "content": content}], stream=True, extra_body=extra_body)
@@ -121,6 +105,15 @@ async def exported(gateway: OtelGateway, marker: str, n: int) -> list[dict[str, 
                              f"a span: {(gateway.spans() or [{}])[0]}; proxy log:\n"
                              + "\n".join(gateway.proxy.log_text().splitlines()[-25:])) from None
     return found
+
+
+async def drained(gateway: OtelGateway) -> None:
+    """Every span of an earlier call is out: the proxy is shared, and the test's own sidecar must
+    see its spans only. One more call, whose span is awaited while no sidecar listens (the relay
+    absorbs it), comes out of the exporter's queue after every span of an earlier call."""
+    marker = uuid.uuid4().hex[:12]
+    await chat(gateway.proxy, f"drain {marker}")
+    await exported(gateway, marker, 1)
 
 
 async def test_litellm_otel_callback_brings_a_trial_to_a_verdict(otel_gateway: OtelGateway, sidecar: Harness) -> None:

@@ -1,7 +1,7 @@
 """End to end through a real LiteLLM 1.80.0 proxy (issue 10, item 3).
 
 The official ``openai`` client calls real proxies (``tests/litellm_proxy.py``, started once
-per session) in front of the fake provider; a fresh real sidecar (:class:`Harness`) per test
+per session, the ``gateway`` fixture of ``conftest.py``) in front of the fake provider; a fresh real sidecar (:class:`Harness`) per test
 receives what they hand over, through a :class:`Relay` that records every POST on the way.
 Three proxies, one config but for the callbacks:
 
@@ -9,7 +9,8 @@ Three proxies, one config but for the callbacks:
 - ``plugin`` — shadowtrial's plugin (``deploy/gateways/litellm/shadowtrial_callback.py`` →
   ``sidecar.integrations.litellm``);
 - ``webhook`` — the generic API logger's wire format posted to the tap's
-  ``/v1/integrations/litellm?team=team-w``. LiteLLM's own ``generic_api`` logger is an
+  ``/v1/integrations/litellm?team=team-w`` (LiteLLM's ``otel`` callback runs there too, for
+  ``test_litellm_otel.py``). LiteLLM's own ``generic_api`` logger is an
   enterprise feature in 1.80.0 that sends nothing without a licence (pinned by
   :func:`test_litellms_own_generic_api_logger_sends_nothing_without_a_licence`), so the
   proxy also runs a stand-in with the same wire behaviour built from LiteLLM's open-source
@@ -38,16 +39,15 @@ import pytest
 
 from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, wait_for
-from tests.litellm_proxy import (  # noqa: F401  (fixtures)
+from tests.litellm_proxy import (
     DEPLOYMENTS,
     PLUGIN_CALLBACK,
     PRICED,
     WEBHOOK_TEAM,
     Gateway,
     LiteLLMProxy,
-    gateway,
+    caller_http_client,
     launch,
-    litellm_venv,
 )
 
 EXCHANGES = "/v1/exchanges"
@@ -109,7 +109,8 @@ async def chat(
         params["stream"] = True
         if include_usage:
             params["stream_options"] = {"include_usage": True}
-    async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=60.0) as client:
+    async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=60.0,
+                                  http_client=caller_http_client()) as client:
         async with client.chat.completions.with_streaming_response.create(
             **params, extra_body=extra_body, extra_headers=extra_headers,
         ) as response:

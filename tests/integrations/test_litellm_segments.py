@@ -18,7 +18,7 @@ from sidecar.demo.fake_provider import FakeModel
 from tests.console.conftest import Pages, browser  # noqa: F401 (fixture)
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
 from tests.integrations.test_litellm_proxy import Served, chat, exchanges_for, sidecar, token  # noqa: F401 (fixture)
-from tests.litellm_proxy import Gateway, gateway, litellm_venv  # noqa: F401 (fixtures)
+from tests.litellm_proxy import Gateway
 
 
 async def test_plugin_passes_metadata_tags_and_the_key_alias_to_a_segmented_trial(
