@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -75,6 +74,8 @@ async def sidecar(tmp_path: Path, otel_gateway: OtelGateway) -> AsyncIterator[Ha
 
 async def chat(proxy: LiteLLMProxy, content: str, *, stream: bool = False, extra_body: dict[str, Any] | None = None,
                ) -> None:
+    import openai  # here: importing the client costs every collecting worker about a second
+
     async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=KEY, max_retries=0, timeout=60.0,
                                   http_client=caller_http_client()) as client:
         if stream:

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from sidecar.demo.fake_provider import FakeModel
@@ -109,6 +108,8 @@ async def chat(
         params["stream"] = True
         if include_usage:
             params["stream_options"] = {"include_usage": True}
+    import openai  # here: importing the client costs every collecting worker about a second
+
     async with openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=60.0,
                                   http_client=caller_http_client()) as client:
         async with client.chat.completions.with_streaming_response.create(
