@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 # One BLAS thread per test process (issue 29). The statistics tests solve many small linear
 # systems (the CUSUM design's exact run lengths); a multi-threaded BLAS spins its idle threads
@@ -29,8 +29,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import pytest
+import pytest_asyncio
 
 from tests.pg import INSTALL_HINT, PostgresServer, find_bindir, postgres_server
+from tests.sidecar.demo.explore_kit import SharedDemo
 
 # The suite starts hundreds of Python processes (sidecars, their engines' processes, collectors,
 # CLI commands, the xdist workers): with PYTHONDONTWRITEBYTECODE set in the environment, each
@@ -38,6 +40,18 @@ from tests.pg import INSTALL_HINT, PostgresServer, find_bindir, postgres_server
 # Bytecode is written to __pycache__ (ignored by git), as Python does by default.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def explorable_demo() -> AsyncIterator[SharedDemo]:
+    """The explorable demo shared by its HTTP test and its browser test (one xdist group)."""
+    demo = SharedDemo()
+    try:
+        yield demo
+    finally:
+        if demo.running is not None:
+            code, _, err = await demo.stop()
+            assert code == 0, err[-2000:]
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +65,7 @@ def pg_server() -> Iterator[PostgresServer]:
 
 
 #: Session-scoped fixtures too costly to build in every worker: fixture name -> xdist group.
-SHARED_FIXTURES = {"gateway": "litellm-gateway"}
+SHARED_FIXTURES = {"gateway": "litellm-gateway", "explorable_demo": "explorable-demo"}
 
 #: Tests of tens of seconds each (node id prefixes). In workers they are handed out first, so
 #: that none starts last and runs alone while the other workers sit idle. A stale entry costs
