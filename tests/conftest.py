@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 # One BLAS thread per test process (issue 29). The statistics tests solve many small linear
 # systems (the CUSUM design's exact run lengths); a multi-threaded BLAS spins its idle threads
@@ -40,6 +41,16 @@ from tests.sidecar.demo.explore_kit import SharedDemo
 # Bytecode is written to __pycache__ (ignored by git), as Python does by default.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium per session (per xdist worker) for every test that drives one, the
+    console's and the integrations' alike (tests/console/conftest.py says how it is launched)."""
+    from tests.console.conftest import launched_browser
+
+    async with launched_browser() as chromium:
+        yield chromium
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

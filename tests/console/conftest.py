@@ -1,4 +1,5 @@
-"""The console's browser fixtures: one headless Chromium for the session, driven by Playwright.
+"""The console's browser fixtures: one headless Chromium for the session, driven by Playwright
+(the ``browser`` fixture of tests/conftest.py, launched by :func:`launched_browser`).
 
 The browser is the system's (Debian's ``chromium`` at :data:`CHROMIUM`); Playwright's own
 browser download is never used. Without it the browser tests skip, naming the package —
@@ -15,12 +16,12 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import pytest_asyncio
 
 CHROMIUM = "/usr/bin/chromium"
 INSTALL_HINT = "no Chromium at /usr/bin/chromium: apt-get install -y --no-install-recommends chromium"
@@ -41,8 +42,10 @@ def require_browser() -> None:
         pytest.skip(INSTALL_HINT)
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def browser() -> AsyncIterator[Any]:
+@asynccontextmanager
+async def launched_browser() -> AsyncIterator[Any]:
+    """The session's Chromium (the ``browser`` fixture, defined in tests/conftest.py so that the
+    console's tests and the integrations' share one browser per session)."""
     require_browser()
     from playwright.async_api import async_playwright
 
