@@ -88,6 +88,8 @@ HEAVY = (
     "tests/sidecar/services/test_replay.py::test_a_replay_over_2000",
     "tests/sidecar/services/test_watches.py::test_quality_held_steady_over_2000",
     "tests/policies/test_betting.py::test_null_trials",
+    # The explorable demo's group (one demo for both): the browser's tour of it, then its HTTP test.
+    "tests/console/test_console_demo_explore.py::", "tests/sidecar/demo/test_explore.py::test_the_explorable_demo",
 )
 
 
