@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 # One BLAS thread per test process (issue 29). The statistics tests solve many small linear
 # systems (the CUSUM design's exact run lengths); a multi-threaded BLAS spins its idle threads
@@ -29,8 +30,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
 
 import pytest
+import pytest_asyncio
 
 from tests.pg import INSTALL_HINT, PostgresServer, find_bindir, postgres_server
+from tests.sidecar.demo.explore_kit import SharedDemo
 
 # The suite starts hundreds of Python processes (sidecars, their engines' processes, collectors,
 # CLI commands, the xdist workers): with PYTHONDONTWRITEBYTECODE set in the environment, each
@@ -38,6 +41,28 @@ from tests.pg import INSTALL_HINT, PostgresServer, find_bindir, postgres_server
 # Bytecode is written to __pycache__ (ignored by git), as Python does by default.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium per session (per xdist worker) for every test that drives one, the
+    console's and the integrations' alike (tests/console/conftest.py says how it is launched)."""
+    from tests.console.conftest import launched_browser
+
+    async with launched_browser() as chromium:
+        yield chromium
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def explorable_demo() -> AsyncIterator[SharedDemo]:
+    """The explorable demo shared by its HTTP test and its browser test (one xdist group)."""
+    demo = SharedDemo()
+    try:
+        yield demo
+    finally:
+        if demo.running is not None:
+            code, _, err = await demo.stop()
+            assert code == 0, err[-2000:]
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +76,7 @@ def pg_server() -> Iterator[PostgresServer]:
 
 
 #: Session-scoped fixtures too costly to build in every worker: fixture name -> xdist group.
-SHARED_FIXTURES = {"gateway": "litellm-gateway"}
+SHARED_FIXTURES = {"gateway": "litellm-gateway", "explorable_demo": "explorable-demo"}
 
 #: Tests of tens of seconds each (node id prefixes). In workers they are handed out first, so
 #: that none starts last and runs alone while the other workers sit idle. A stale entry costs
@@ -63,6 +88,8 @@ HEAVY = (
     "tests/sidecar/services/test_replay.py::test_a_replay_over_2000",
     "tests/sidecar/services/test_watches.py::test_quality_held_steady_over_2000",
     "tests/policies/test_betting.py::test_null_trials",
+    # The explorable demo's group (one demo for both): the browser's tour of it, then its HTTP test.
+    "tests/console/test_console_demo_explore.py::", "tests/sidecar/demo/test_explore.py::test_the_explorable_demo",
 )
 
 

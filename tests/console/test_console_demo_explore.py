@@ -5,7 +5,9 @@
 to the sidecar's console and to the control plane's with the one token the demo printed, opens
 every screen, checks that each shows the demo's content rather than its empty state, and
 photographs it (``demo-*-desktop.png`` at 1280×800, and the phone width) into the artifacts
-directory the other console tests use. It ends with a Ctrl-C to the demo's process group.
+directory the other console tests use. The demo is the one tests/sidecar/demo/test_explore.py
+checks over HTTP and stops with a Ctrl-C to its process group (the ``explorable_demo`` fixture:
+one demo for both, issue 29).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from playwright.async_api import expect
 
 from sidecar.demo.explore import CANDIDATE, INCUMBENT, OPS_TEAM, SUPPORT_TEAM, TEAM
 from tests.console.conftest import Pages, screenshot
-from tests.sidecar.demo.explore_kit import RunningDemo, start, stop
+from tests.sidecar.demo.explore_kit import RunningDemo, SharedDemo
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -50,14 +52,10 @@ async def shot(page: Any, name: str, path: str, *must_show: str) -> str:
     return str(body)
 
 
-async def test_every_screen_of_the_demo_is_populated(browser: Any) -> None:
-    demo = await start()
-    try:
-        await sidecar_screens(browser, demo)
-        await control_plane_screens(browser, demo)
-    finally:
-        code, _, err = await stop(demo)
-    assert code == 0, err[-2000:]
+async def test_every_screen_of_the_demo_is_populated(browser: Any, explorable_demo: SharedDemo) -> None:
+    demo = await explorable_demo.get()
+    await sidecar_screens(browser, demo)
+    await control_plane_screens(browser, demo)
 
 
 async def sidecar_screens(browser: Any, demo: RunningDemo) -> None:

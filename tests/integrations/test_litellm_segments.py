@@ -15,7 +15,7 @@ import pytest
 from playwright.async_api import expect
 
 from sidecar.demo.fake_provider import FakeModel
-from tests.console.conftest import Pages, browser  # noqa: F401 (fixture)
+from tests.console.conftest import Pages
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
 from tests.integrations.test_litellm_proxy import Served, chat, exchanges_for, sidecar, token  # noqa: F401 (fixture)
 from tests.litellm_proxy import Gateway
@@ -70,7 +70,7 @@ async def tiered_calls(gw: Gateway, marker: str, start: int, n: int) -> list[Ser
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_regression_planted_in_one_tier_is_shown_and_must_be_acknowledged_to_promote(
-    tmp_path: Path, gateway: Gateway, browser: Any  # noqa: F811
+    tmp_path: Path, gateway: Gateway, browser: Any
 ) -> None:
     """Issue 27's must-show through the real proxy: two tagged tiers, the candidate worse on one.
     The trial reads Adoptable overall and Rejected on that tier, in the API, the lists and the

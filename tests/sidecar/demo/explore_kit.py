@@ -80,3 +80,25 @@ async def stop(demo: RunningDemo, timeout: float = 60.0) -> tuple[int, str, str]
         os.killpg(demo.proc.pid, signal.SIGINT)
     out, err = await asyncio.wait_for(demo.proc.communicate(), timeout=timeout)
     return demo.proc.returncode or 0, out.decode(), err.decode()
+
+
+class SharedDemo:
+    """One ``shadowtrial demo --stay`` for the tests that only look at it (issue 29): the HTTP
+    checks and the browser's tour of both consoles read the same demo instead of starting two
+    (each start is about 20 s and 10 s of CPU). :meth:`get` starts it on first use (again, after
+    a :meth:`stop`); :meth:`stop` sends the Ctrl-C and returns what :func:`stop` returns. The
+    session fixture ``explorable_demo`` (tests/conftest.py) stops it at the end if no test did.
+    """
+
+    def __init__(self) -> None:
+        self.running: RunningDemo | None = None
+
+    async def get(self) -> RunningDemo:
+        if self.running is None or self.running.proc.returncode is not None:
+            self.running = await start()
+        return self.running
+
+    async def stop(self) -> tuple[int, str, str]:
+        demo = await self.get()  # a test that checks the stop has a demo to stop
+        self.running = None
+        return await stop(demo)

@@ -1,6 +1,8 @@
 """``shadowtrial demo --stay`` (sidecar/demo/explore.py, issue 28 item 2): one command, no key,
 no network, and both consoles hold something to explore — checked over HTTP with the token
-it prints, then stopped with a Ctrl-C to its process group, cleanly."""
+it prints, then stopped with a Ctrl-C to its process group, cleanly. The demo is shared with the
+browser's tour of it (tests/console/test_console_demo_explore.py) through the ``explorable_demo``
+fixture; this test stops it."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import httpx
 import pytest
 
 from sidecar.demo.explore import CANDIDATE, INCUMBENT, TEAM
-from tests.sidecar.demo.explore_kit import start, stop
+from tests.sidecar.demo.explore_kit import SharedDemo
 
 
-async def test_the_explorable_demo_populates_every_state_and_stops_on_ctrl_c() -> None:
-    demo = await start()
+@pytest.mark.asyncio(loop_scope="session")  # the shared demo's process belongs to the session's loop
+async def test_the_explorable_demo_populates_every_state_and_stops_on_ctrl_c(explorable_demo: SharedDemo) -> None:
+    demo = await explorable_demo.get()
     try:
         print(f"\nexplorable demo ready in {demo.ready_s:.1f}s")
         auth = {"Authorization": f"Bearer {demo.token}"}
@@ -64,7 +67,7 @@ async def test_the_explorable_demo_populates_every_state_and_stops_on_ctrl_c() -
             assert r.status_code == 200, text
             assert "event: answer" in text
     finally:
-        code, out, err = await stop(demo)
+        code, out, err = await explorable_demo.stop()
     assert code == 0, err[-2000:]
     assert "the demo stopped." in out
     assert "Traceback" not in err, err[-3000:]
