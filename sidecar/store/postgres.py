@@ -292,8 +292,7 @@ class PostgresStore(PostgresWatches, PostgresRetention):
                 await conn.execute(*pg(t.END_RUNNING, finish.trial_status, finish.trial_status_reason,
                                        finish.finished_at, finish.trial_id))
             await conn.execute(*pg(c.FINISH, *c.finish_args(finish)))
-            if finish.outcome == "judged" and finish.score is not None:
-                await conn.execute(*pg(c.NEXT_SCORE_SEQ, finish.trial_id))
+            if c.scored(finish):  # its number was taken by SETTLE_TRIAL
                 await conn.execute(*pg(c.SET_SCORE_SEQ, finish.trial_id, finish.case_id))
             await conn.executemany(POSTGRES.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
             if finish.judgments:
