@@ -127,8 +127,18 @@ def _accumulate_cases(first: NDArray[np.float64], steps: NDArray[np.float64]) ->
 
 def _mixture(log_parts: NDArray[np.float64]) -> NDArray[np.float64]:
     """log of the equal-weight mean of exp(log_parts) over the last (bets) axis."""
-    top = log_parts.max(axis=-1)
-    out: NDArray[np.float64] = top + np.log(np.exp(log_parts - top[..., None]).sum(axis=-1)) - math.log(BETS.size)
+    # The max and the sum over the few bets one bet at a time: what ``max(axis=-1)`` and
+    # ``sum(axis=-1)`` compute (the sum in the same order, bit for bit: tests/policies/test_betting.py),
+    # without a reduction's cost per (case, grid point).
+    bets = [log_parts[..., d] for d in range(log_parts.shape[-1])]
+    top = bets[0]
+    for part in bets[1:]:
+        top = np.maximum(top, part)
+    grown = np.exp(log_parts - top[..., None])
+    total = grown[..., 0]
+    for d in range(1, grown.shape[-1]):
+        total = total + grown[..., d]
+    out: NDArray[np.float64] = top + np.log(total) - math.log(BETS.size)
     return out
 
 
@@ -144,11 +154,21 @@ def advance(
     total = _accumulate(cap.total, y)  # sum through each case
     mu_after = (0.5 * PRIOR_CASES + total) / (idx + PRIOR_CASES)
     spread = _accumulate(cap.spread, (y - mu_after) ** 2)
-    z = (y[..., None] - m)[..., None]  # (R, T, G, 1)
     lam_plus = BETS / m[:, None]  # (G, D)
     lam_minus = BETS / (1.0 - m)[:, None]
-    parts_plus = _accumulate_cases(cap.log_plus, np.log1p(lam_plus * z))  # (R, T, G, D)
-    parts_minus = _accumulate_cases(cap.log_minus, np.log1p(-lam_minus * z))
+    # A case's growth factors depend on its score alone, and a trial's scores take a few values:
+    # each distinct value's factors are computed once and gathered (the same operations on the
+    # same operands, so the same bits; the logs were most of a fold's cost).
+    values, which = np.unique(y, return_inverse=True)
+    if values.size * 2 <= y.size:
+        z = (values[:, None] - m)[..., None]  # (U, G, 1)
+        pick = which.reshape(y.shape)
+        step_plus, step_minus = np.log1p(lam_plus * z)[pick], np.log1p(-lam_minus * z)[pick]  # (R, T, G, D)
+    else:
+        z = (y[..., None] - m)[..., None]  # (R, T, G, 1)
+        step_plus, step_minus = np.log1p(lam_plus * z), np.log1p(-lam_minus * z)
+    parts_plus = _accumulate_cases(cap.log_plus, step_plus)  # (R, T, G, D)
+    parts_minus = _accumulate_cases(cap.log_minus, step_minus)
     x = 2.0 * y - 1.0
     new = Capital(
         cap.t + t_len, total[:, -1], spread[:, -1], parts_plus[:, -1], parts_minus[:, -1],
@@ -254,8 +274,8 @@ class BettingState:
         if cap.total.shape != (1,):
             raise ValueError("a trial's state holds one sequence")
         return cls(cap.t, float(cap.total[0]), float(cap.spread[0]),
-                   tuple(float(v) for v in cap.log_plus[0].ravel()),
-                   tuple(float(v) for v in cap.log_minus[0].ravel()),
+                   tuple(cap.log_plus[0].ravel().tolist()),  # Python floats, the same values
+                   tuple(cap.log_minus[0].ravel().tolist()),
                    float(cap.eb_sum[0]), float(cap.eb_sq[0]))
 
     def capital(self) -> Capital:
@@ -283,5 +303,5 @@ class BettingState:
         t = int(data["t"])
         if t < 0:
             raise ValueError("t cannot be negative")
-        return cls(t, float(data["total"]), float(data["spread"]), tuple(float(v) for v in plus),
-                   tuple(float(v) for v in minus), float(data["eb_sum"]), float(data["eb_sq"]))
+        return cls(t, float(data["total"]), float(data["spread"]), tuple(map(float, plus)),
+                   tuple(map(float, minus)), float(data["eb_sum"]), float(data["eb_sq"]))

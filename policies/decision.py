@@ -75,4 +75,15 @@ def decide(
     """The verdict code for one interval; see the module docstring for the rules."""
     if tolerance < 0:
         raise ValueError("tolerance cannot be negative")
-    return VERDICT_CODES[int(decide_index(lower, upper, n, parity=parity, tolerance=tolerance, min_cases=min_cases))]
+    # :func:`decide_index` on one interval, in plain floats: the same comparisons, so the same code
+    # (tests/policies/test_decision_scalar.py), without numpy's cost per call (a fold decides per case).
+    if n < min_cases:
+        return "inconclusive"
+    lo, hi = float(lower), float(upper)
+    if lo > parity + tolerance:
+        return "candidate_better"
+    if hi < parity - tolerance:
+        return "regression"
+    if lo >= parity - tolerance:
+        return "equivalent" if hi <= parity + tolerance else "not_worse"
+    return "inconclusive"

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from policies import betting
-from policies.decision import VerdictCode
+from policies.decision import VerdictCode, decide
 from policies.sequence import SequenceState, fold
 
 METHOD = "betting"
@@ -111,19 +111,50 @@ def fold_cases(
     lows, highs, capital = betting.running_bounds(
         y, alpha=alpha, parity=parity, tolerance=tolerance, method="betting", capital=state.capital.capital(),
     )
-    seq_state, contradicted = state.sequence, False
-    first = state.capital.t
-    for i in range(len(take)):
-        lo, hi = float(lows[i]), float(highs[i])
-        if lo > hi:  # both sides rejected one point: only on the miss event; keep the interval well formed
-            lo = hi = (lo + hi) / 2.0
-        result = fold(seq_state, n=first + i + 1, lower=lo, upper=hi, parity=parity, tolerance=tolerance,
-                      min_cases=min_cases, alpha=alpha, expected_cases=expected_cases)
-        seq_state, contradicted = result.state, contradicted or result.contradicted
-    assert seq_state is not None
+    seq_state, contradicted = _fold_looks(
+        state.sequence, state.capital.t, lows.tolist(), highs.tolist(), alpha=alpha, tolerance=tolerance,
+        min_cases=min_cases, expected_cases=expected_cases, parity=parity,
+    )
     new = StreamState(cursor + len(take), betting.BettingState.of(capital), seq_state,
                       (float(lows[-1]), float(highs[-1])))
     return StreamFold(new, seq_state.decision, contradicted, len(take))
+
+
+def _fold_looks(
+    prior: SequenceState | None, first: int, lows: list[float], highs: list[float], *, alpha: float,
+    tolerance: float, min_cases: int, expected_cases: int, parity: float,
+) -> tuple[SequenceState, bool]:
+    """Every case's interval folded in turn into ``prior`` (case ``first + 1`` first), as
+    :func:`policies.sequence.fold` does look by look: the first look through it (which checks
+    the prior's settings), the rest with the same arithmetic on plain floats and one state built
+    at the end (a state and a numpy call per case were most of a fold's cost). The state and
+    ``contradicted`` are the same, bit for bit (tests/policies/test_stream_fold.py)."""
+    lo, hi = _well_formed(lows[0], highs[0])
+    result = fold(prior, n=first + 1, lower=lo, upper=hi, parity=parity, tolerance=tolerance,
+                  min_cases=min_cases, alpha=alpha, expected_cases=expected_cases)
+    s, contradicted = result.state, result.contradicted
+    run_lo, run_hi, decision, decided_at, restarts, seen = s.lower, s.upper, s.decision, s.decided_at, s.restarts, s.n
+    for i in range(1, len(lows)):
+        n = first + i + 1
+        lower, upper = _well_formed(lows[i], highs[i])
+        run_lo, run_hi = max(run_lo, lower), min(run_hi, upper)
+        seen = max(seen, n)
+        if run_lo > run_hi:
+            contradicted = True
+            run_lo, run_hi, decision, decided_at, restarts = lower, upper, "inconclusive", None, restarts + 1
+        now = decide(run_lo, run_hi, n=seen, parity=parity, tolerance=tolerance, min_cases=min_cases)
+        if now != decision:
+            decision, decided_at = now, (None if now == "inconclusive" else n)
+    if len(lows) > 1:
+        s = SequenceState(seen, run_lo, run_hi, decision, decided_at, restarts, alpha, expected_cases, tolerance)
+    return s, contradicted
+
+
+def _well_formed(lo: float, hi: float) -> tuple[float, float]:
+    """Both sides rejected one point (only on the miss event): the interval is kept well formed."""
+    if lo > hi:
+        lo = hi = (lo + hi) / 2.0
+    return lo, hi
 
 
 def bounds_path(

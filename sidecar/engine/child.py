@@ -85,6 +85,8 @@ class _Child:
         self._send_lock = threading.Lock()
         self._status_due = False
         self.received = 0
+        #: Idle requests waiting for claims to arrive (the reader signals arrivals only then).
+        self._awaiting = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._arrived: asyncio.Event | None = None
         self._ended: asyncio.Event | None = None
@@ -174,16 +176,22 @@ class _Child:
                 self.funnel.add(claim.trial_id, "shed_stopped")
                 self.engine.watermark.finished(claim)
             self.received += len(batch)
-            loop.call_soon_threadsafe(arrived.set)
+            if self._awaiting:  # only while an idle request waits: a wake-up per batch cost the engine's CPU
+                loop.call_soon_threadsafe(arrived.set)
         loop.call_soon_threadsafe(ended.set)
 
     async def _idle(self, target: int, token: Any) -> None:
         assert self._arrived is not None
-        while self.received < target:
-            self._arrived.clear()
-            if self.received >= target:
-                break
-            await self._arrived.wait()
+        # Set before ``received`` is read: a batch counted after that read sees it and wakes us.
+        self._awaiting += 1
+        try:
+            while self.received < target:
+                self._arrived.clear()
+                if self.received >= target:
+                    break
+                await self._arrived.wait()
+        finally:
+            self._awaiting -= 1
         await self.engine.idle()
         await self.engine.call(self.engine.flush())
         self._send(("idle", token, self.engine.in_flight, self.engine.counts()))

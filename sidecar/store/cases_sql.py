@@ -25,19 +25,31 @@ RESERVE_CASE = (
     "state = CASE WHEN state = 'claimed' THEN 'reserved' ELSE state END WHERE id = ?"
 )
 FIGURES = "SELECT cap_micros, spent_micros, reserved_micros, status FROM trials WHERE id = ?"
+#: micros, case id, owner: RESERVE_CASE then DISPATCHED on a case its owner claimed in this transaction.
+RESERVE_DISPATCH_CLAIMED = (
+    "UPDATE cases SET reserved_micros = reserved_micros + ?, state = 'dispatched' "
+    "WHERE id = ? AND owner = ? AND state = 'claimed'"
+)
 DISPATCHED = "UPDATE cases SET state = 'dispatched' WHERE id = ? AND owner = ? AND state = 'reserved'"
 #: The owner's unfinished case, locked (lock order: cases before trials).
 UNFINISHED = "SELECT reserved_micros FROM cases WHERE id = ? AND owner = ? AND state <> 'finished' {FOR_UPDATE}"
+#: A finished case's settlement of its trial, and the trial's scoring sequence advanced when the case
+#: was scored: one write of the trial row (a row that carries the kept statistics, tens of KB), which
+#: raises ``state_revision`` itself so SQLite's revision trigger does not write the row a second time.
 SETTLE_TRIAL = (
     "UPDATE trials SET reserved_micros = reserved_micros - ?, spent_micros = spent_micros + ?, "
     "known_micros = known_micros + ?, unknown_calls = unknown_calls + ?, priced_calls = priced_calls + ?, "
-    "disputed_calls = disputed_calls + ? WHERE id = ?"
+    "disputed_calls = disputed_calls + ?, scored_seq = scored_seq + ?, state_revision = state_revision + 1 "
+    "WHERE id = ?"
 )
 FINISH = (
     "UPDATE cases SET state = 'finished', outcome = ?, charged_micros = ?, candidate_cost_micros = ?, "
     "candidate_cost_coverage = ?, judge_cost_micros = ?, judge_cost_coverage = ?, candidate_latency_ms = ?, "
     "candidate_output_tokens = ?, score = ?, error = ?, finished_at = ?, bodies_json = ? WHERE id = ?"
 )
+#: FINISH of a scored case with its number in the scoring sequence (SETTLE_TRIAL took it): what FINISH
+#: then SET_SCORE_SEQ do, one write of the case row. The trial id goes before the case id.
+FINISH_SCORED = FINISH.replace(" WHERE id = ?", ", score_seq = (SELECT scored_seq FROM trials WHERE id = ?) WHERE id = ?")
 #: A scored case takes the next number of its trial's scoring sequence (issue 31): the counter's
 #: row lock orders concurrent finishes, so numbers commit in order and without gaps.
 NEXT_SCORE_SEQ = "UPDATE trials SET scored_seq = scored_seq + 1 WHERE id = ?"
@@ -121,8 +133,18 @@ def finish_args(f: CaseFinish) -> tuple[Any, ...]:
             f.bodies_json, f.case_id)
 
 
+def finish_scored_args(f: CaseFinish) -> tuple[Any, ...]:
+    return (*finish_args(f)[:-1], f.trial_id, f.case_id)
+
+
+def scored(f: CaseFinish) -> bool:
+    """Whether the finished case takes the next number of its trial's scoring sequence."""
+    return f.outcome == "judged" and f.score is not None
+
+
 def settle_args(f: CaseFinish, reserved: int) -> tuple[Any, ...]:
-    return (reserved, f.charged_micros, f.known_micros, f.unknown_calls, f.priced_calls, f.disputed_calls, f.trial_id)
+    return (reserved, f.charged_micros, f.known_micros, f.unknown_calls, f.priced_calls, f.disputed_calls,
+            int(scored(f)), f.trial_id)
 
 
 def finish_ledger(f: CaseFinish, reserved: int) -> list[tuple[Any, ...]]:

@@ -16,16 +16,22 @@ T = TypeVar("T")
 class GroupCommit:
     """Group commit: writes asked for on any event loop, run on the store's thread in groups.
 
-    :meth:`ask` queues a write and, unless a flush is already waiting on the store's thread,
-    submits one. A flush takes every write queued by the time it starts, so the writes asked
-    for while the thread was busy (the previous group, a read) go in one transaction. Results
-    are handed back with one ``call_soon_threadsafe`` per loop per group. A write whose caller
-    was cancelled before its group started is not run (as a job never started by an executor)."""
+    :meth:`ask` queues a write and, unless a flush is already submitted or running on the
+    store's thread, submits one. A flush takes every write queued by the time it starts, so the
+    writes asked for while the thread was busy (the previous group, a read) go in one
+    transaction; once that group is handed back it takes what was queued meanwhile as the next
+    group (up to :data:`ROUNDS` groups), so the writes asked for while a group ran cost no
+    submission and no wake-up of the store's thread each. Results are handed back with one
+    ``call_soon_threadsafe`` per loop per group. A write whose caller was cancelled before its
+    group started is not run (as a job never started by an executor)."""
+
+    #: Groups one flush runs back to back before it gives the thread to the reads queued behind it.
+    ROUNDS = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
-        self._due = False  # a flush is submitted and has not taken the queue yet
+        self._due = False  # a flush is submitted or running: it will take what is queued
 
     async def ask(self, fn: Callable[[sqlite3.Connection], T], executor: ThreadPoolExecutor,
                   conn: sqlite3.Connection) -> T:
@@ -44,30 +50,54 @@ class GroupCommit:
 
     def _submit(self, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
         try:
-            executor.submit(self._flush, conn)
+            executor.submit(self._flush, conn, executor)
         except BaseException as exc:  # the store closed meanwhile: nothing will run what is queued
             with self._lock:
                 group, self._queue = self._queue, []
                 self._due = False
             _settle([(fut, False, exc) for _, fut in group])
 
-    def _flush(self, conn: sqlite3.Connection) -> None:
-        """On the store's thread: run what is queued as one transaction, then hand back."""
-        with self._lock:
-            group, self._queue = self._queue, []
-            self._due = False
+    def _flush(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+        """On the store's thread: run what is queued as one transaction and hand it back, then
+        the writes queued meanwhile as the next group, until none is left (see the class)."""
+        for _ in range(self.ROUNDS):
+            with self._lock:
+                group, self._queue = self._queue, []
+                if not group:
+                    self._due = False
+                    return
+            self._run(conn, group)
+        with self._lock:  # the reads queued behind this flush go first; a new flush takes the rest
+            if not self._queue:
+                self._due = False
+                return
+        try:
+            executor.submit(self._flush, conn, executor)
+        except BaseException as exc:  # the store is closing: hand the queued writes back failed
+            with self._lock:
+                group, self._queue = self._queue, []
+                self._due = False
+            _hand_back([(fut, (False, exc)) for _, fut in group])
+
+    def _run(self, conn: sqlite3.Connection,
+             group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]) -> None:
         group = [(fn, fut) for fn, fut in group if not fut.cancelled()]
         if not group:
             return
         outcomes = run_group(conn, [fn for fn, _ in group])
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for (_, fut), (ok, value) in zip(group, outcomes):
-            by_loop.setdefault(fut.get_loop(), []).append((fut, ok, value))
-        for loop, settled in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle, settled)
-            except RuntimeError:  # that loop is closed: nobody waits for these any more
-                pass
+        _hand_back([(fut, outcome) for (_, fut), outcome in zip(group, outcomes)])
+
+
+def _hand_back(results: Sequence[tuple[asyncio.Future[Any], tuple[bool, Any]]]) -> None:
+    """From the store's thread: settle each future on its own loop, one wake-up per loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for fut, (ok, value) in results:
+        by_loop.setdefault(fut.get_loop(), []).append((fut, ok, value))
+    for loop, settled in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, settled)
+        except RuntimeError:  # that loop is closed: nobody waits for these any more
+            pass
 
 
 def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:

@@ -256,60 +256,28 @@ class PostgresStore(PostgresWatches, PostgresRetention):
     # -- cases -----------------------------------------------------------------
 
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
-        async def fn(conn: Conn) -> ClaimOutcome:
-            # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
-            if await conn.fetchval(*pg(c.SEEN, case.trial_id, case.exchange_id)):
-                return "duplicate"
-            status = await conn.fetchval(*pg(t.STATUS, case.trial_id))
-            if status is None:
-                return "not_running"
-            ended = ended_outcome(status)
-            if rowcount(await conn.execute(*pg(c.CLAIM, *c.claim_args(case, ended, status)))) != 1:
-                return "duplicate"
-            if ended is not None:
-                await _bump(conn, {(case.trial_id, ended): 1})
-                return "not_running"
-            if case.segment_values:
-                await _track_segments(conn, case)
-            return "claimed"
-
-        return await self._tx(fn)
+        return await self._tx(lambda conn: _claim(conn, case))
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
         """The case row is locked first (lock order), and only an unfinished case
         of this trial can reserve: a case recovered meanwhile gets nothing. The cap's
         check and the reservation are one conditional update of the trial row."""
 
-        async def fn(conn: Conn) -> ReserveResult:
-            state = await conn.fetchval(
-                "SELECT state FROM cases WHERE id=$1 AND trial_id=$2 FOR UPDATE", case_id, trial_id
-            )
-            row = None
-            if state is not None and state != "finished":
-                row = await conn.fetchrow(
-                    "UPDATE trials SET reserved_micros = reserved_micros + $1 "
-                    "WHERE id=$2 AND status='running' AND spent_micros + reserved_micros + $1 <= cap_micros "
-                    "RETURNING cap_micros, spent_micros, reserved_micros, status",
-                    micros, trial_id,
-                )
-            if row is not None:
-                await conn.execute(*pg(c.RESERVE_CASE, micros, case_id))
-                await conn.execute(*pg(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
-                return ReserveResult(True, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
-            row = await conn.fetchrow(*pg(c.FIGURES, trial_id))
-            if row is None:
-                return ReserveResult(False, 0, 0, 0, "missing")
-            return ReserveResult(False, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
-
-        return await self._tx(fn)
+        return await self._tx(lambda conn: _reserve(conn, trial_id, case_id, micros, kind, at))
 
     async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
-        """The three writes one after another (each its own transaction, as the engine made them)."""
-        claimed = await self.claim_case(case)
-        if claimed != "claimed" or not (await self.reserve(case.trial_id, case.case_id, micros, kind="reserve",
-                                                           at=at)).applied:
-            return claimed, False
-        return claimed, await self.mark_dispatched(case.case_id, case.owner)
+        """One transaction: the claim, the reservation (still the one conditional update of the
+        trial row against the cap, :func:`_reserve`) and the dispatch mark — one round of
+        BEGIN/COMMIT and one connection from the pool where it was three."""
+
+        async def fn(conn: Conn) -> tuple[ClaimOutcome, bool]:
+            claimed = await _claim(conn, case)
+            if claimed != "claimed" or not (await _reserve(conn, case.trial_id, case.case_id, micros, "reserve",
+                                                           at)).applied:
+                return claimed, False
+            return claimed, rowcount(await conn.execute(*pg(c.DISPATCHED, case.case_id, case.owner))) == 1
+
+        return await self._tx(fn)
 
     async def mark_dispatched(self, case_id: str, owner: str) -> bool:
         return rowcount(await self._open_pool().execute(*pg(c.DISPATCHED, case_id, owner))) == 1
@@ -324,8 +292,7 @@ class PostgresStore(PostgresWatches, PostgresRetention):
                 await conn.execute(*pg(t.END_RUNNING, finish.trial_status, finish.trial_status_reason,
                                        finish.finished_at, finish.trial_id))
             await conn.execute(*pg(c.FINISH, *c.finish_args(finish)))
-            if finish.outcome == "judged" and finish.score is not None:
-                await conn.execute(*pg(c.NEXT_SCORE_SEQ, finish.trial_id))
+            if c.scored(finish):  # its number was taken by SETTLE_TRIAL
                 await conn.execute(*pg(c.SET_SCORE_SEQ, finish.trial_id, finish.case_id))
             await conn.executemany(POSTGRES.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
             if finish.judgments:
@@ -583,3 +550,43 @@ async def _track_segments(conn: Conn, case: CaseStart) -> None:
         for key, segment, value in new:
             await conn.execute(*pg(g.TRACK, case.trial_id, key, segment, value, case.trial_id))
     await conn.execute(*pg(g.SET_KEYS, g.keys_text(keys), case.case_id))
+
+
+async def _claim(conn: Conn, case: CaseStart) -> ClaimOutcome:
+    """:meth:`PostgresStore.claim_case` on a connection in a transaction."""
+    # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
+    if await conn.fetchval(*pg(c.SEEN, case.trial_id, case.exchange_id)):
+        return "duplicate"
+    status = await conn.fetchval(*pg(t.STATUS, case.trial_id))
+    if status is None:
+        return "not_running"
+    ended = ended_outcome(status)
+    if rowcount(await conn.execute(*pg(c.CLAIM, *c.claim_args(case, ended, status)))) != 1:
+        return "duplicate"
+    if ended is not None:
+        await _bump(conn, {(case.trial_id, ended): 1})
+        return "not_running"
+    if case.segment_values:
+        await _track_segments(conn, case)
+    return "claimed"
+
+
+async def _reserve(conn: Conn, trial_id: str, case_id: str, micros: int, kind: LedgerKind, at: float) -> ReserveResult:
+    """:meth:`PostgresStore.reserve` on a connection in a transaction."""
+    state = await conn.fetchval("SELECT state FROM cases WHERE id=$1 AND trial_id=$2 FOR UPDATE", case_id, trial_id)
+    row = None
+    if state is not None and state != "finished":
+        row = await conn.fetchrow(
+            "UPDATE trials SET reserved_micros = reserved_micros + $1 "
+            "WHERE id=$2 AND status='running' AND spent_micros + reserved_micros + $1 <= cap_micros "
+            "RETURNING cap_micros, spent_micros, reserved_micros, status",
+            micros, trial_id,
+        )
+    if row is not None:
+        await conn.execute(*pg(c.RESERVE_CASE, micros, case_id))
+        await conn.execute(*pg(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
+        return ReserveResult(True, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
+    row = await conn.fetchrow(*pg(c.FIGURES, trial_id))
+    if row is None:
+        return ReserveResult(False, 0, 0, 0, "missing")
+    return ReserveResult(False, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])

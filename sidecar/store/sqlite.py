@@ -256,9 +256,10 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[ClaimOutcome, bool]:
             claimed = _claim(conn, case)
-            if claimed != "claimed" or not _reserve(conn, case.trial_id, case.case_id, micros, "reserve", at).applied:
+            if claimed != "claimed" or not _reserve(conn, case.trial_id, case.case_id, micros, "reserve", at,
+                                                    dispatch_owner=case.owner).applied:
                 return claimed, False
-            return claimed, conn.execute(*sq(c.DISPATCHED, case.case_id, case.owner)).rowcount == 1
+            return claimed, True  # reserved and marked dispatched by one update of the case just claimed
 
         return await self._write(fn)
 
@@ -275,10 +276,10 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             if finish.trial_status is not None:
                 conn.execute(*sq(t.END_RUNNING, finish.trial_status, finish.trial_status_reason, finish.finished_at,
                                  finish.trial_id))
-            conn.execute(*sq(c.FINISH, *c.finish_args(finish)))
-            if finish.outcome == "judged" and finish.score is not None:
-                conn.execute(*sq(c.NEXT_SCORE_SEQ, finish.trial_id))
-                conn.execute(*sq(c.SET_SCORE_SEQ, finish.trial_id, finish.case_id))
+            if c.scored(finish):  # with its number in the scoring sequence, which SETTLE_TRIAL took
+                conn.execute(*sq(c.FINISH_SCORED, *c.finish_scored_args(finish)))
+            else:
+                conn.execute(*sq(c.FINISH, *c.finish_args(finish)))
             conn.executemany(SQLITE.sql(c.INSERT_LEDGER), c.finish_ledger(finish, reserved))
             conn.executemany(SQLITE.sql(c.INSERT_JUDGMENT), c.judgment_args(finish))
             apply_effects(conn, finish)  # outbox records and watch steps
@@ -523,18 +524,26 @@ def _claim(conn: sqlite3.Connection, case: CaseStart) -> ClaimOutcome:
 
 
 def _reserve(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int, kind: LedgerKind,
-             at: float) -> ReserveResult:
-    # The cap's check and the reservation are one statement, under the write lock. Only
+             at: float, *, dispatch_owner: str | None = None) -> ReserveResult:
+    """``dispatch_owner``: the case was claimed by that owner in this transaction, and is marked
+    dispatched by the same update of its row that records the reservation (what RESERVE_CASE then
+    DISPATCHED do, one row write fewer)."""
+    # The cap's check and the reservation are one statement, under the write lock (it raises the
+    # trial's revision itself: the revision trigger would write the whole row again). Only
     # an unfinished case of this trial may reserve: a finished (or recovered) case is
     # never released again, so its reservation would stay on the trial for good.
     cur = conn.execute(
-        "UPDATE trials SET reserved_micros = reserved_micros + ? "
+        "UPDATE trials SET reserved_micros = reserved_micros + ?, state_revision = state_revision + 1 "
         "WHERE id=? AND status='running' AND spent_micros + reserved_micros + ? <= cap_micros "
         "AND EXISTS (SELECT 1 FROM cases WHERE id=? AND trial_id=? AND state != 'finished')",
         (micros, trial_id, micros, case_id, trial_id),
     )
     applied = cur.rowcount == 1
-    if applied:
+    if applied and dispatch_owner is not None:
+        if conn.execute(*sq(c.RESERVE_DISPATCH_CLAIMED, micros, case_id, dispatch_owner)).rowcount != 1:
+            raise RuntimeError(f"case {case_id} was not claimed by {dispatch_owner} in this transaction")
+        conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
+    elif applied:
         conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
         conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
     row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -184,7 +185,8 @@ async def _fold_sequence(
     from policies.verdict import evaluate
 
     data = None
-    if stored is not None:
+    prior: StreamState | None = None if stored is None else _kept.get(stored)
+    if stored is not None and prior is None:
         try:
             data = json.loads(stored)
         except ValueError as exc:
@@ -192,7 +194,6 @@ async def _fold_sequence(
     if isinstance(data, dict) and not is_stream_state(data):
         ev = _evaluate(record, counts, stored)
         return ev, _text(ev.sequence_state.to_dict()), ev.sequence_state.n
-    prior: StreamState | None = None
     if data is not None:
         try:
             prior = StreamState.from_dict(data)
@@ -214,7 +215,28 @@ async def _fold_sequence(
         _unusable(record, "sequence", exc)
         cases = await store.scores_after(record.id, 0)
         ev, state = run(None)
-    return ev, _text(state.to_dict()), state.cursor
+    text = _text(state.to_dict())
+    _keep(text, state)
+    return ev, text, state.cursor
+
+
+#: The betting states this process last wrote or read, by their stored text: the next fold of a
+#: trial starts from the text its last fold kept, so it is not parsed again (a thousand floats).
+#: A state is immutable and its text is canonical (:func:`_text`), so the text names it exactly.
+_kept: dict[str, StreamState] = {}
+#: How many texts :data:`_kept` holds (the oldest goes first): a few per trial folding at once.
+KEPT_STATES = 32
+
+
+_kept_lock = threading.Lock()  # folds run on the engine's loop and on the admin's (another thread)
+
+
+def _keep(text: str, state: StreamState) -> None:
+    with _kept_lock:
+        _kept.pop(text, None)
+        _kept[text] = state
+        while len(_kept) > KEPT_STATES:
+            del _kept[next(iter(_kept))]
 
 
 def _evaluate(record: TrialRecord, counts: Mapping[float, int], stored: str | None) -> Evaluation:

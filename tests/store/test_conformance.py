@@ -448,6 +448,31 @@ async def test_claim_and_reserve_claims_reserves_and_dispatches_in_one_call(stor
     assert snap is not None and snap.funnel == {"judged": 1, "shed_stopped": 1}
 
 
+async def test_claim_and_reserve_is_one_write_transaction(store: Store, backend: Any) -> None:
+    """Issue 29: the claim, the reservation and the dispatch mark commit as one transaction on
+    either backend (PostgreSQL made them three): counted as SQLite's ``BEGIN IMMEDIATE`` and as
+    the transaction ids PostgreSQL assigned in between."""
+    await store.create_trial(trial("t1", cap_micros=1_500))
+    if backend.kind == "sqlite":
+        traced: list[str] = []
+        run = store._run  # type: ignore[attr-defined]
+        await run(lambda conn: conn.set_trace_callback(traced.append))
+        assert await store.claim_and_reserve(start("c1"), 1_000, at=1.0) == ("claimed", True)
+        await run(lambda conn: conn.set_trace_callback(None))
+        assert traced.count("BEGIN IMMEDIATE") == 1
+        return
+    import asyncpg
+
+    pg = await asyncpg.connect(backend.url)
+    try:
+        before = int(await pg.fetchval("SELECT pg_current_xact_id()::text"))
+        assert await store.claim_and_reserve(start("c1"), 1_000, at=1.0) == ("claimed", True)
+        after = int(await pg.fetchval("SELECT pg_current_xact_id()::text"))
+    finally:
+        await pg.close()
+    assert after - before - 1 == 1  # the one transaction between the two probes' own
+
+
 async def test_total_spend_with_and_without_teams(store: Store) -> None:
     assert await store.total_spend() == {"spent": 0, "known": 0, "reserved": 0, "unknown_calls": 0}
     for tid, team in (("t1", "a"), ("t2", "a"), ("t3", "b")):

@@ -101,3 +101,45 @@ async def test_a_crash_mid_group_loses_no_case_outcome(tmp_path: Path) -> None:
         assert {c["id"]: c["outcome"] for c in await store.cases("t1")} == {"c1": "indeterminate", "c2": "indeterminate"}
     finally:
         await store.close()
+
+
+async def test_writes_asked_for_while_a_group_runs_are_the_next_group_of_the_same_flush(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 29: the writes queued while the store's thread runs a group are taken by that
+    flush as its next group (one transaction) — not each a new submission, and a wake-up, of
+    the store's thread."""
+    assert store._executor is not None
+    submitted: list[Any] = []
+    real_submit = store._executor.submit
+
+    def counting(fn: Any, *args: Any) -> Any:
+        submitted.append(fn)
+        return real_submit(fn, *args)
+
+    monkeypatch.setattr(store._executor, "submit", counting)
+    running, release = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        running.set()
+        release.wait(30)
+
+    traced: list[str] = []
+    await store._run(lambda conn: conn.set_trace_callback(traced.append))
+    submitted.clear()
+    first = asyncio.ensure_future(store._write(hold))
+    while not running.is_set():  # the first group is running on the store's thread
+        await asyncio.sleep(0)
+    later = [asyncio.ensure_future(w) for w in (store.create_trial(trial("t1")), store.create_trial(trial("t2")),
+                                                store.heartbeat("A", now=0.0, lease_s=5.0))]
+    while len(store._writes._queue) < len(later):
+        await asyncio.sleep(0)
+    for _ in range(3):
+        await asyncio.sleep(0)  # a turn of the loop: a submission asked for at its end would be made
+    release.set()
+    await asyncio.gather(first, *later)
+    await store._run(lambda conn: conn.set_trace_callback(None))
+    flushes = [f for f in submitted if getattr(f, "__name__", "") == "_flush"]
+    assert len(flushes) == 1
+    assert traced.count("BEGIN IMMEDIATE") == 2 and traced.count("COMMIT") == 2  # two groups, two transactions
+    assert {t.id for t in await store.list_trials()} == {"t1", "t2"}
