@@ -1,86 +1,195 @@
-"""A warm parent for ``shadowtrial`` commands that tests start and expect to exit by themselves.
+"""A warm parent for the ``shadowtrial`` processes tests start (``serve`` above all).
 
-A start-up failure of ``shadowtrial serve`` costs about 1.2 s of CPU, nearly all of it the
-interpreter importing the sidecar (issue 29). :class:`ForkServer` starts one Python process
-that imports the command and the sidecar once; each :meth:`ForkServer.run` forks it, and the
-child runs ``python -m sidecar.cli.main ARGS`` as the interpreter would (``runpy``, the
-same ``__main__``, ``SystemExit`` becoming the exit status, an uncaught exception printed
-as a traceback with status 1, ``atexit`` run), its stdin ``/dev/null`` and its stdout and
-stderr files. The child is a real process: its exit status is the one the kernel reports,
-and whatever it starts (the engine's process) is started as ``serve`` starts it.
+Starting ``shadowtrial serve`` costs about 1.2 s of CPU before it does anything, nearly all
+of it the interpreter importing the sidecar (issue 29). :func:`shared` starts, once per test
+process, one Python process that imports the command and the sidecar; :func:`create_subprocess`
+forks it, and the child runs ``python -m sidecar.cli.main ARGS`` as the interpreter would
+(``runpy``, the same ``__main__``, ``SystemExit`` becoming the exit status, an uncaught
+exception printed as a traceback with status 1, ``atexit`` run) with the stdin, stdout and
+stderr the test hands it (passed as file descriptors), in a session of its own when asked.
+The child is a real process: its exit status is the one the kernel reports, signals reach it
+by its pid (or its group's), and whatever it starts (the engine's process) it starts as
+``serve`` does. The test sees it through :class:`ForkedProcess`, shaped like
+``asyncio.subprocess.Process`` (``pid``, ``returncode``, ``stdout``, ``send_signal``, ``kill``,
+``wait``).
 
-Run as ``python -m tests.sidecar.forkserve``: one JSON request a line on stdin
-(``{"argv": [...], "cwd": ..., "stdout": path, "stderr": path}``), and per request two
-lines on stdout: ``{"pid": N}`` once forked, ``{"rc": N}`` once it has exited.
+The parent (``python -m tests.sidecar.forkserve FD``) talks over a ``SOCK_SEQPACKET`` socket:
+a request is one JSON message carrying the three descriptors; it answers ``{"id", "pid"}`` once
+forked and ``{"id", "rc"}`` once the child has exited (it waits on pidfds: one thread, so a fork
+never copies a lock another thread holds). :func:`close_shared` (the session's end) ends it and
+reaps it, so its CPU and its children's are counted with the tests'.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import json
 import os
 import runpy
+import selectors
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import traceback
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+_MESSAGE = 65536
 
 
 class ForkServer:
-    """The warm parent, as seen from a test: ``run`` blocks (call it through ``asyncio.to_thread``)."""
+    """The warm parent, seen from the test process."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.sidecar.forkserve"], cwd=REPO, env=dict(env),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "tests.sidecar.forkserve", str(theirs.fileno())], cwd=REPO, env=env,
+            stdin=subprocess.DEVNULL, pass_fds=[theirs.fileno()],
         )
-        self.pid: int | None = None  # the running child's
+        theirs.close()
+        self.sock = ours
+        self._lock = threading.Lock()
+        self._next = 0
+        self._pids: dict[int, concurrent.futures.Future[int]] = {}
+        self._rcs: dict[int, concurrent.futures.Future[int]] = {}
+        self._reader = threading.Thread(target=self._read, name="forkserve-reader", daemon=True)
+        self._reader.start()
 
-    def run(self, args: list[str], stdout: Path, stderr: Path, *, cwd: Path = REPO) -> int:
-        """Run ``shadowtrial ARGS`` in a forked child; its exit status (negative: the signal)."""
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps({"argv": args, "cwd": str(cwd), "stdout": str(stdout),
-                                          "stderr": str(stderr)}) + "\n")
-        self.proc.stdin.flush()
-        self.pid = int(_reply(self.proc.stdout)["pid"])
-        rc = int(_reply(self.proc.stdout)["rc"])
-        self.pid = None
-        return rc
+    def spawn(self, args: list[str], *, stdin: int, stdout: int, stderr: int, cwd: Path = REPO,
+              new_session: bool = False) -> tuple[int, concurrent.futures.Future[int]]:
+        """Fork a child running ``shadowtrial ARGS`` on these descriptors; (its pid, its exit status to come)."""
+        pid_f: concurrent.futures.Future[int] = concurrent.futures.Future()
+        rc_f: concurrent.futures.Future[int] = concurrent.futures.Future()
+        with self._lock:
+            self._next += 1
+            ident = self._next
+            self._pids[ident], self._rcs[ident] = pid_f, rc_f
+            message = json.dumps({"id": ident, "argv": args, "cwd": str(cwd), "session": new_session}).encode()
+            socket.send_fds(self.sock, [message], [stdin, stdout, stderr])
+        return pid_f.result(timeout=30), rc_f
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(_MESSAGE)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            reply = json.loads(data)
+            with self._lock:
+                if "pid" in reply:
+                    self._pids.pop(reply["id"]).set_result(reply["pid"])
+                else:
+                    self._rcs.pop(reply["id"]).set_result(reply["rc"])
+        with self._lock:  # the parent is gone: nothing more will come
+            for f in [*self._pids.values(), *self._rcs.values()]:
+                f.set_exception(AssertionError("the fork server ended"))
+            self._pids.clear()
+            self._rcs.clear()
 
     def close(self) -> None:
-        if self.proc.stdin:
-            self.proc.stdin.close()
+        """End the parent (it first reaps the children still running) and reap it."""
+        self.sock.shutdown(socket.SHUT_WR)
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.stdout:
-            self.proc.stdout.close()
+        self._reader.join(timeout=10)
+        self.sock.close()
 
 
-def _reply(stream: IO[str]) -> dict[str, Any]:
-    line = stream.readline()
-    if not line:
-        raise AssertionError("the fork server ended")
-    reply: dict[str, Any] = json.loads(line)
-    return reply
+_shared: ForkServer | None = None
 
 
-def _child(request: dict[str, Any]) -> None:
+def shared() -> ForkServer:
+    """This test process's fork server, started on first use."""
+    global _shared
+    if _shared is None:
+        _shared = ForkServer()
+    return _shared
+
+
+def close_shared() -> None:
+    global _shared
+    if _shared is not None:
+        server, _shared = _shared, None
+        server.close()
+
+
+atexit.register(close_shared)
+
+
+class ForkedProcess:
+    """A child of the fork server, shaped like ``asyncio.subprocess.Process``."""
+
+    def __init__(self, pid: int, rc: concurrent.futures.Future[int], stdout: asyncio.StreamReader | None,
+                 transport: asyncio.BaseTransport | None = None) -> None:
+        self.pid = pid
+        self._rc = rc
+        self.stdout = stdout
+        self._transport = transport  # the stdout pipe's, closed once the child is reaped
+
+    @property
+    def returncode(self) -> int | None:
+        return self._rc.result() if self._rc.done() else None
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    async def wait(self) -> int:
+        rc = await asyncio.wrap_future(self._rc)
+        if self._transport is not None:
+            self._transport.close()
+        return rc
+
+
+async def create_subprocess(args: list[str], *, stderr: int, stdout_pipe: bool = True,
+                            stdout: int | None = None, new_session: bool = False) -> ForkedProcess:
+    """``shadowtrial ARGS`` from the fork server: stdin ``/dev/null``, stderr the descriptor given,
+    stdout a pipe read through ``.stdout`` (or the descriptor ``stdout``)."""
+    server = shared()
+    null = os.open(os.devnull, os.O_RDONLY)
+    read_end, write_end = os.pipe() if stdout is None else (-1, stdout)
+    try:
+        pid, rc = await asyncio.to_thread(server.spawn, args, stdin=null, stdout=write_end, stderr=stderr,
+                                          new_session=new_session)
+    finally:
+        os.close(null)
+        if stdout is None:
+            os.close(write_end)
+    if stdout is not None:
+        return ForkedProcess(pid, rc, None)
+    reader = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", 0))
+    return ForkedProcess(pid, rc, reader, transport)
+
+
+# -- the parent ---------------------------------------------------------------------------------------
+
+
+def _child(request: dict[str, Any], fds: list[int]) -> None:
     """Run the command as ``python -m sidecar.cli.main`` runs it; never returns."""
     code = 1
     try:
-        os.chdir(request["cwd"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
+        for fd, target in zip(fds, (0, 1, 2)):
             os.dup2(fd, target)
             os.close(fd)
+        if request["session"]:
+            os.setsid()
+        os.chdir(request["cwd"])
         sys.argv = [str(Path(REPO, "sidecar", "cli", "main.py")), *request["argv"]]
         try:
             runpy.run_module("sidecar.cli.main", run_name="__main__", alter_sys=True)
@@ -105,7 +214,7 @@ def _child(request: dict[str, Any]) -> None:
             os._exit(code)
 
 
-def main() -> None:
+def main(fd: int) -> None:
     import sidecar.app  # noqa: F401  (what ``serve`` imports: once, here)
     import sidecar.cli
     import sidecar.cli.main  # noqa: F401  (and what the command imports)
@@ -114,16 +223,45 @@ def main() -> None:
     del sys.modules["sidecar.cli.main"]
     delattr(sidecar.cli, "main")
 
-    for line in sys.stdin:
-        request = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+    sock = socket.socket(fileno=fd)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, None)
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (request id, pid)
+    open_ = True
+    while open_ or children:
+        for key, _ in sel.select():
+            if key.data is None:
+                message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 3)
+                if not message:
+                    open_ = False
+                    sel.unregister(sock)
+                    continue
+                request = json.loads(message)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    sock.close()
+                    for pidfd in children:
+                        os.close(pidfd)
+                    _child(request, fds)
+                for x in fds:
+                    os.close(x)
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (request["id"], pid)
+                sel.register(pidfd, selectors.EVENT_READ, pid)
+                sock.send(json.dumps({"id": request["id"], "pid": pid}).encode())
+            else:
+                ident, pid = children.pop(key.fd)
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    sock.send(json.dumps({"id": ident, "rc": os.waitstatus_to_exitcode(status)}).encode())
+                except OSError:
+                    pass  # the test process has gone
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]))

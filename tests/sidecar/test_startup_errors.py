@@ -3,9 +3,9 @@ stderr naming the path or the address, with exit status 2 and no traceback (issu
 and its log at INFO carries no line per provider call (issue 8, item 10).
 
 The sidecar here runs as operators run it: the engine in a process of its own (the default).
-Each failing ``serve`` is a child process forked from one warm parent that imported the
-sidecar once (:mod:`tests.sidecar.forkserve`; issue 29: the imports were nearly all of each
-start's CPU); its exit status and its stdout and stderr are the child's own.
+Each ``serve`` is a child process forked from a warm parent that imported the sidecar once
+(:mod:`tests.sidecar.forkserve`; issue 29: the imports were nearly all of a failing start's
+CPU); its exit status and its stdout and stderr are the child's own.
 """
 
 from __future__ import annotations
@@ -15,39 +15,30 @@ import os
 import signal
 import socket
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import default_models, exchange, wait_for, write_config
-from tests.sidecar.forkserve import ForkServer
+from tests.sidecar.forkserve import create_subprocess
 from tests.sidecar.test_lifecycle import Client, ServerProcess
 
 #: Generous: the child imports the sidecar and, for the engine's failure, spawns the engine's process.
 EXIT_TIMEOUT_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def forks() -> Iterator[ForkServer]:
-    server = ForkServer({k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")})
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-async def serve_fails(forks: ForkServer, config: Path) -> tuple[int, list[str]]:
+async def serve_fails(config: Path) -> tuple[int, list[str]]:
     """Run ``shadowtrial serve --config CONFIG``; it must exit by itself. (exit status, stderr lines)."""
     out_path, err_path = config.with_name("serve.out"), config.with_name("serve.err")
-    run = asyncio.ensure_future(asyncio.to_thread(forks.run, ["serve", "--config", str(config)], out_path, err_path))
+    with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
+        proc = await create_subprocess(["serve", "--config", str(config)], stdout=out_file.fileno(),
+                                       stderr=err_file.fileno())
     try:
-        rc = await asyncio.wait_for(asyncio.shield(run), timeout=EXIT_TIMEOUT_S)
+        rc = await asyncio.wait_for(proc.wait(), timeout=EXIT_TIMEOUT_S)
     except asyncio.TimeoutError:
-        if forks.pid is not None:
-            os.kill(forks.pid, signal.SIGKILL)
-        await run
+        proc.kill()
+        await proc.wait()
         raise AssertionError(f"serve did not exit; it printed {out_path.read_bytes()!r} {err_path.read_bytes()!r}") from None
     out = out_path.read_bytes()
     assert out == b"", out  # it never announced its addresses
@@ -69,47 +60,47 @@ def assert_one_line(rc: int, lines: list[str], *expected: str) -> None:
         assert part in line, (part, line)
 
 
-async def test_a_store_in_a_missing_directory(forks: ForkServer, tmp_path: Path) -> None:
+async def test_a_store_in_a_missing_directory(tmp_path: Path) -> None:
     path = tmp_path / "missing" / "trials.db"
-    rc, lines = await serve_fails(forks, config_with(tmp_path, db=str(path.relative_to(tmp_path))))
+    rc, lines = await serve_fails(config_with(tmp_path, db=str(path.relative_to(tmp_path))))
     assert_one_line(rc, lines, f"store.path '{path}'", f"directory '{path.parent}' does not exist")
 
 
-async def test_a_store_path_that_is_a_directory(forks: ForkServer, tmp_path: Path) -> None:
+async def test_a_store_path_that_is_a_directory(tmp_path: Path) -> None:
     (tmp_path / "adir").mkdir()
-    rc, lines = await serve_fails(forks, config_with(tmp_path, db="adir"))
+    rc, lines = await serve_fails(config_with(tmp_path, db="adir"))
     assert_one_line(rc, lines, f"store.path '{tmp_path / 'adir'}'", "it is a directory")
 
 
 @pytest.mark.parametrize("path", ["/proc/shadowtrial.db", "/proc/self/status"], ids=["new-file", "existing-file"])
-async def test_a_store_under_proc(forks: ForkServer, tmp_path: Path, path: str) -> None:
+async def test_a_store_under_proc(tmp_path: Path, path: str) -> None:
     config = config_with(tmp_path)
     config.write_text(config.read_text().replace(str(tmp_path / "trials.db"), path))
-    rc, lines = await serve_fails(forks, config)
+    rc, lines = await serve_fails(config)
     assert_one_line(rc, lines, f"store.path '{path}'", "cannot open the SQLite store")
 
 
-async def test_a_store_in_a_read_only_directory(forks: ForkServer, tmp_path: Path) -> None:
+async def test_a_store_in_a_read_only_directory(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
     try:
         if os.access(ro, os.W_OK):
             pytest.skip("this user writes into read-only directories (root): /proc stands in for one above")
-        rc, lines = await serve_fails(forks, config_with(tmp_path, db="ro/trials.db"))
+        rc, lines = await serve_fails(config_with(tmp_path, db="ro/trials.db"))
         assert_one_line(rc, lines, f"store.path '{ro / 'trials.db'}'", f"directory '{ro}' is not writable")
     finally:
         ro.chmod(0o755)
 
 
-async def test_a_missing_price_map(forks: ForkServer, tmp_path: Path) -> None:
+async def test_a_missing_price_map(tmp_path: Path) -> None:
     missing = tmp_path / "model_prices_and_context_window.json"
-    rc, lines = await serve_fails(forks, config_with(tmp_path, extra=f'[prices]\nmap_file = "{missing}"\n'))
+    rc, lines = await serve_fails(config_with(tmp_path, extra=f'[prices]\nmap_file = "{missing}"\n'))
     assert_one_line(rc, lines, "prices.map_file", str(missing), "No such file or directory")
 
 
 @pytest.mark.parametrize("listener", ["tap", "admin"])
-async def test_a_port_in_use(forks: ForkServer, tmp_path: Path, listener: str) -> None:
+async def test_a_port_in_use(tmp_path: Path, listener: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -119,25 +110,25 @@ async def test_a_port_in_use(forks: ForkServer, tmp_path: Path, listener: str) -
         table = f"[{listener}]\nlisten = \"127.0.0.1:0\""
         assert table in text
         config.write_text(text.replace(table, f"[{listener}]\nlisten = \"127.0.0.1:{port}\""))
-        rc, lines = await serve_fails(forks, config)
+        rc, lines = await serve_fails(config)
     assert_one_line(rc, lines, f"{listener}.listen 127.0.0.1:{port}", "Address already in use")
 
 
-async def test_an_intake_journal_another_sidecar_holds(forks: ForkServer, tmp_path: Path) -> None:
+async def test_an_intake_journal_another_sidecar_holds(tmp_path: Path) -> None:
     from sidecar.ingest.journal import Journal
 
     holder = Journal(str(tmp_path / "trials.db.intake"))  # another sidecar, alive
     holder.open()
     try:
-        rc, lines = await serve_fails(forks, config_with(tmp_path))
+        rc, lines = await serve_fails(config_with(tmp_path))
     finally:
         holder.close(keep=None)
     assert_one_line(rc, lines, "store.journal_dir", "in use by another sidecar")
 
 
-async def test_an_intake_journal_that_cannot_be_created(forks: ForkServer, tmp_path: Path) -> None:
+async def test_an_intake_journal_that_cannot_be_created(tmp_path: Path) -> None:
     (tmp_path / "trials.db.intake").write_text("a file where the directory should be")
-    rc, lines = await serve_fails(forks, config_with(tmp_path))
+    rc, lines = await serve_fails(config_with(tmp_path))
     assert_one_line(rc, lines, "store.journal_dir", "cannot open the intake journal")
 
 
@@ -152,10 +143,10 @@ def _store_of_another_version(path: Path) -> None:
         conn.close()
 
 
-async def test_an_engine_that_cannot_start_ends_in_one_line_naming_its_store(forks: ForkServer, tmp_path: Path) -> None:
+async def test_an_engine_that_cannot_start_ends_in_one_line_naming_its_store(tmp_path: Path) -> None:
     db = tmp_path / "trials.db"
     _store_of_another_version(db)
-    rc, lines = await serve_fails(forks, config_with(tmp_path))
+    rc, lines = await serve_fails(config_with(tmp_path))
     assert rc == 2, lines
     # The sidecar's own report: the last line, once.
     assert lines[-1].startswith("shadowtrial: the engine process did not start: "), lines
@@ -163,9 +154,9 @@ async def test_an_engine_that_cannot_start_ends_in_one_line_naming_its_store(for
     assert sum(line.startswith("shadowtrial: ") for line in lines) == 1
 
 
-async def test_an_engine_that_cannot_start_writes_nothing_but_that_line(forks: ForkServer, tmp_path: Path) -> None:
+async def test_an_engine_that_cannot_start_writes_nothing_but_that_line(tmp_path: Path) -> None:
     _store_of_another_version(tmp_path / "trials.db")
-    rc, lines = await serve_fails(forks, config_with(tmp_path))
+    rc, lines = await serve_fails(config_with(tmp_path))
     assert_one_line(rc, lines, "the engine process did not start")
 
 
