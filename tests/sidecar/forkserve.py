@@ -62,15 +62,16 @@ class ForkServer:
         self._reader.start()
 
     def spawn(self, args: list[str], *, stdin: int, stdout: int, stderr: int, cwd: Path = REPO,
-              new_session: bool = False) -> tuple[int, concurrent.futures.Future[int]]:
-        """Fork a child running ``shadowtrial ARGS`` on these descriptors; (its pid, its exit status to come)."""
+              new_session: bool = False, module: str = "sidecar.cli.main") -> tuple[int, concurrent.futures.Future[int]]:
+        """Fork a child running ``python -m MODULE ARGS`` on these descriptors; (its pid, its exit status to come)."""
         pid_f: concurrent.futures.Future[int] = concurrent.futures.Future()
         rc_f: concurrent.futures.Future[int] = concurrent.futures.Future()
         with self._lock:
             self._next += 1
             ident = self._next
             self._pids[ident], self._rcs[ident] = pid_f, rc_f
-            message = json.dumps({"id": ident, "argv": args, "cwd": str(cwd), "session": new_session}).encode()
+            message = json.dumps({"id": ident, "argv": args, "cwd": str(cwd), "session": new_session,
+                                  "module": module}).encode()
             socket.send_fds(self.sock, [message], [stdin, stdout, stderr])
         return pid_f.result(timeout=30), rc_f
 
@@ -155,16 +156,16 @@ class ForkedProcess:
         return rc
 
 
-async def create_subprocess(args: list[str], *, stderr: int, stdout_pipe: bool = True,
-                            stdout: int | None = None, new_session: bool = False) -> ForkedProcess:
-    """``shadowtrial ARGS`` from the fork server: stdin ``/dev/null``, stderr the descriptor given,
-    stdout a pipe read through ``.stdout`` (or the descriptor ``stdout``)."""
+async def create_subprocess(args: list[str], *, stderr: int, stdout: int | None = None, new_session: bool = False,
+                            module: str = "sidecar.cli.main") -> ForkedProcess:
+    """``python -m MODULE ARGS`` (``shadowtrial ARGS``) from the fork server: stdin ``/dev/null``,
+    stderr the descriptor given, stdout a pipe read through ``.stdout`` (or the descriptor ``stdout``)."""
     server = shared()
     null = os.open(os.devnull, os.O_RDONLY)
     read_end, write_end = os.pipe() if stdout is None else (-1, stdout)
     try:
         pid, rc = await asyncio.to_thread(server.spawn, args, stdin=null, stdout=write_end, stderr=stderr,
-                                          new_session=new_session)
+                                          new_session=new_session, module=module)
     finally:
         os.close(null)
         if stdout is None:
@@ -190,9 +191,9 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         if request["session"]:
             os.setsid()
         os.chdir(request["cwd"])
-        sys.argv = [str(Path(REPO, "sidecar", "cli", "main.py")), *request["argv"]]
+        sys.argv = ["-m", *request["argv"]]  # runpy puts the module's path first, as ``python -m`` does
         try:
-            runpy.run_module("sidecar.cli.main", run_name="__main__", alter_sys=True)
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             if exc.code is None:
