@@ -27,6 +27,7 @@ import atexit
 import concurrent.futures
 import json
 import os
+import random
 import runpy
 import selectors
 import signal
@@ -181,10 +182,21 @@ async def create_subprocess(args: list[str], *, stderr: int, stdout: int | None 
 # -- the parent ---------------------------------------------------------------------------------------
 
 
+def _reseed() -> None:
+    """Seed every module-level ``random.Random`` from the OS again, as a fresh import would (the
+    ``random`` module's own is reseeded at fork; one of ours, ``sidecar.engine.case._ids``, makes
+    judgment ids: two forked sidecars on one store would otherwise draw the same ones)."""
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if type(value) is random.Random:
+                value.seed()
+
+
 def _child(request: dict[str, Any], fds: list[int]) -> None:
     """Run the command as ``python -m sidecar.cli.main`` runs it; never returns."""
     code = 1
     try:
+        _reseed()
         for fd, target in zip(fds, (0, 1, 2)):
             os.dup2(fd, target)
             os.close(fd)
