@@ -16,7 +16,8 @@ provider reads, checks and refuses with a 500 (not retried): each of its cases e
 route, half of it sampled) runs its cases whole, candidate and paired judge (with its
 audit), so hostile content still reaches the judge's prompt and the stored judgments.
 What is asserted of the tap is the same either way; the first trial's cases cost the
-engine about half as much.
+engine less (no judge call, no judgment to store or fold): the engine's CPU per case went
+from about 4.1 ms to 2.8 ms on average (issue 29).
 
 Asserted: no 5xx; every error in the ``{"error": {code, message, field}}`` shape;
 an unmutated request accepted whole; invalid text (UTF-8, half a surrogate pair)
@@ -51,9 +52,9 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from policies.sampling import is_sampled
+from sidecar.demo.fake_provider import FakeModel
 from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes
 from tests.fuzz.wire import Client
-from sidecar.demo.fake_provider import FakeModel
 from tests.harness import CANDIDATE, INCUMBENT, PRICES, Harness, default_models
 
 #: Requests hypothesis generates, sent once per run; with 1 to 16 exchanges each, over
