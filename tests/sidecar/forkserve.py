@@ -97,7 +97,7 @@ class ForkServer:
             self._rcs.clear()
 
     def close(self) -> None:
-        """End the parent (it first reaps the children still running) and reap it."""
+        """End the parent (it kills and reaps any child still running) and reap it."""
         self.sock.shutdown(socket.SHUT_WR)
         try:
             self.proc.wait(timeout=60)
@@ -245,9 +245,11 @@ def main(fd: int) -> None:
         for key, _ in sel.select():
             if key.data is None:
                 message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 3)
-                if not message:
+                if not message:  # the test process is done: a child still running was left behind
                     open_ = False
                     sel.unregister(sock)
+                    for _, pid in children.values():
+                        os.kill(pid, signal.SIGKILL)
                     continue
                 request = json.loads(message)
                 sys.stdout.flush()
