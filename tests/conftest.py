@@ -65,6 +65,17 @@ async def explorable_demo() -> AsyncIterator[SharedDemo]:
             assert code == 0, err[-2000:]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fork_server_reaped() -> Iterator[None]:
+    """The session's end reaps the warm parent that ``serve`` children fork from
+    (tests/sidecar/forkserve.py), if one was started: its CPU, and its children's, is counted
+    with the last test's."""
+    yield
+    forkserve = sys.modules.get("tests.sidecar.forkserve")
+    if forkserve is not None:
+        forkserve.close_shared()
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
     if find_bindir() is None:

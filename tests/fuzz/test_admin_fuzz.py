@@ -128,21 +128,35 @@ FIELD_VALUES: dict[str, st.SearchStrategy[Any]] = {
 assert set(FIELD_VALUES) == set(TrialCreate.__struct_fields__)
 
 
+# The strategies the composites below draw from, built once: a strategy built inside a
+# composite is built (and its properties worked out, through ``any_value``'s recursion) at
+# every draw, most of the generation's CPU (issue 29). The same strategies, so the same examples.
+TEAMS = st.sampled_from(["team-a", "team-b", "team-c"])
+FIELD_NAMES = st.lists(st.sampled_from(sorted(FIELD_VALUES)), max_size=4, unique=True)
+FIELD_OR_ANY = {name: st.one_of(values, any_value) for name, values in FIELD_VALUES.items()}
+DROPPED = st.lists(st.sampled_from(["team", "incumbent_model", "candidate_model", "spend_cap_usd"]), max_size=1)
+COIN = st.booleans()
+ONE_IN_6, ONE_IN_10 = st.integers(0, 5), st.integers(0, 9)
+UNKNOWN_NAME = st.text(min_size=1, max_size=10)
+
+
 @st.composite
 def create_bodies(draw: st.DrawFn) -> dict[str, Any]:
     """A valid body with a few fields changed, dropped or added."""
     body: dict[str, Any] = {
-        "team": draw(st.sampled_from(["team-a", "team-b", "team-c"])),
+        "team": draw(TEAMS),
         "incumbent_model": INCUMBENT, "candidate_model": CANDIDATE, "spend_cap_usd": 5.0,
     }
-    for name in draw(st.lists(st.sampled_from(sorted(FIELD_VALUES)), max_size=4, unique=True)):
-        body[name] = draw(st.one_of(FIELD_VALUES[name], any_value) if draw(st.booleans()) else FIELD_VALUES[name])
-    for name in draw(st.lists(st.sampled_from(["team", "incumbent_model", "candidate_model", "spend_cap_usd"]),
-                              max_size=1)):
+    for name in draw(FIELD_NAMES):
+        body[name] = draw(FIELD_OR_ANY[name] if draw(COIN) else FIELD_VALUES[name])
+    for name in draw(DROPPED):
         body.pop(name, None)
-    if draw(st.integers(0, 9)) == 0:
-        body[draw(st.text(min_size=1, max_size=10))] = draw(any_value)
+    if draw(ONE_IN_10) == 0:
+        body[draw(UNKNOWN_NAME)] = draw(any_value)
     return body
+
+
+CREATE_BODIES = create_bodies()
 
 
 RAW_BODIES = [
@@ -182,20 +196,26 @@ HOSTILE_KINDS: dict[str, st.SearchStrategy[Any]] = {
 }
 
 
+HOSTILE_KIND = st.sampled_from([*HOSTILE_KINDS, "bad_key"])
+HOSTILE_FIELD = st.sampled_from([*FIELD_VALUES, "team", "spend_cap_usd", "unknown_field"])
+BYTE = st.integers(0, 255)
+INNER_FIELD = st.sampled_from(["model", "input_per_mtok_usd", "x"])
+
+
 @st.composite
 def hostile_create_requests(draw: st.DrawFn) -> Req:
     """A create body with one hostile value in a field (or an unknown one), or a corrupted key."""
-    body = draw(create_bodies())
-    kind = draw(st.sampled_from([*HOSTILE_KINDS, "bad_key"]))
-    name = draw(st.sampled_from([*FIELD_VALUES, "team", "spend_cap_usd", "unknown_field"]))
+    body = draw(CREATE_BODIES)
+    kind = draw(HOSTILE_KIND)
+    name = draw(HOSTILE_FIELD)
     if kind == "bad_key":
-        body[f"__bad_{draw(st.integers(0, 255))}__"] = body.pop(name, 1)
-    elif name in ("judge", "candidate_price") and draw(st.booleans()):  # one level down
-        body[name] = {draw(st.sampled_from(["model", "input_per_mtok_usd", "x"])): draw(HOSTILE_KINDS[kind])}
+        body[f"__bad_{draw(BYTE)}__"] = body.pop(name, 1)
+    elif name in ("judge", "candidate_price") and draw(COIN):  # one level down
+        body[name] = {draw(INNER_FIELD): draw(HOSTILE_KINDS[kind])}
     else:
         body[name] = draw(HOSTILE_KINDS[kind])
     raw = _unmark(json.dumps(body).encode())
-    return Req("POST", "/v1/trials", raw, draw(headers()), kind=kind)
+    return Req("POST", "/v1/trials", raw, draw(HEADERS), kind=kind)
 
 
 # -- requests -----------------------------------------------------------------------------------------
@@ -214,20 +234,29 @@ header_values = st.one_of(
 )
 
 
+KEYS = st.integers(0, 2)
+ENCODINGS = st.sampled_from(["gzip", "deflate", "br", "zstd", "identity", "gzip, identity", "bogus", ""])
+CONTENT_TYPES = st.sampled_from(["text/plain", "application/x-ndjson", "multipart/form-data", "", "x/y; q=é"])
+OTHER_HEADERS = st.sampled_from(["X-Anything", "Authorization", "Accept-Encoding", "Expect"])
+
+
 @st.composite
 def headers(draw: st.DrawFn) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
-    for _ in range(draw(st.integers(0, 2))):  # Idempotency-Key: none, one, or two
+    for _ in range(draw(KEYS)):  # Idempotency-Key: none, one, or two
         out.append(("Idempotency-Key", draw(header_values)))
-    if draw(st.integers(0, 5)) == 0:
-        enc = draw(st.sampled_from(["gzip", "deflate", "br", "zstd", "identity", "gzip, identity", "bogus", ""]))
+    if draw(ONE_IN_6) == 0:
+        enc = draw(ENCODINGS)
         out.append(("Content-Encoding", enc.encode()))
-    if draw(st.integers(0, 5)) == 0:
-        ctype = draw(st.sampled_from(["text/plain", "application/x-ndjson", "multipart/form-data", "", "x/y; q=é"]))
+    if draw(ONE_IN_6) == 0:
+        ctype = draw(CONTENT_TYPES)
         out.append(("Content-Type", ctype.encode()))
-    if draw(st.integers(0, 9)) == 0:
-        out.append((draw(st.sampled_from(["X-Anything", "Authorization", "Accept-Encoding", "Expect"])), draw(header_values)))
+    if draw(ONE_IN_10) == 0:
+        out.append((draw(OTHER_HEADERS), draw(header_values)))
     return out
+
+
+HEADERS = headers()
 
 
 class Req(msgspec.Struct):
@@ -243,48 +272,64 @@ class Req(msgspec.Struct):
     kind: str = ""
 
 
+ONE_IN_5 = st.integers(0, 4)
+
+
 @st.composite
 def create_requests(draw: st.DrawFn) -> Req:
-    if draw(st.integers(0, 4)) == 0:
+    if draw(ONE_IN_5) == 0:
         raw = draw(raw_bodies)
     else:
-        raw = json.dumps(draw(create_bodies())).encode()
+        raw = json.dumps(draw(CREATE_BODIES)).encode()
     try:
         is_object = isinstance(msgspec.json.decode(raw), dict)
     except (msgspec.DecodeError, RecursionError):
         is_object = False
-    return Req("POST", "/v1/trials", raw, draw(headers()), "body" if is_object else "")
+    return Req("POST", "/v1/trials", raw, draw(HEADERS), "body" if is_object else "")
+
+
+QUERY_NAMES = st.one_of(st.sampled_from(["status", "team", "staus", "limit"]), st.text(min_size=1, max_size=6))
+QUERY_VALUES = st.one_of(st.sampled_from([*STATUSES, "bogus", "", "team-a", "team-b", "a\n", "x" * 300]), st.text(max_size=8))
+QUERY_PAIRS = st.lists(st.tuples(QUERY_NAMES, QUERY_VALUES), max_size=3)
+RAW_QUERIES = st.sampled_from(["%zz", "status=%ff", "team=%00", "&&", "=x", "status", "a=1;b=2"])
 
 
 @st.composite
 def list_requests(draw: st.DrawFn) -> Req:
-    names = st.one_of(st.sampled_from(["status", "team", "staus", "limit"]), st.text(min_size=1, max_size=6))
-    values = st.one_of(st.sampled_from([*STATUSES, "bogus", "", "team-a", "team-b", "a\n", "x" * 300]), st.text(max_size=8))
-    pairs = draw(st.lists(st.tuples(names, values), max_size=3))
+    pairs = draw(QUERY_PAIRS)
     query, params = urlencode(pairs), [n for n, _ in pairs]
-    if draw(st.integers(0, 9)) == 0:  # as typed, not as encoded: the server's reading of it decides the names
-        query, params = draw(st.sampled_from(["%zz", "status=%ff", "team=%00", "&&", "=x", "status", "a=1;b=2"])), []
+    if draw(ONE_IN_10) == 0:  # as typed, not as encoded: the server's reading of it decides the names
+        query, params = draw(RAW_QUERIES), []
     return Req("GET", "/v1/trials" + (f"?{query}" if query else ""), fault="query", params=params)
 
 
 trial_ids = st.one_of(st.sampled_from(["tr_nope", "..", ".", "../../v1/live", "%2F", "x" * 2000]), st.text(min_size=1, max_size=20))
 
 
+OTHER_KIND = st.integers(0, 3)
+SUFFIXES = st.sampled_from(["", "/stop", "/promote", "/"])
+TRIAL_METHODS = st.sampled_from(["GET", "POST", "DELETE"])
+KNOWN_PATHS = st.sampled_from(["/v1/live", "/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/trials"])
+ANY_METHOD = st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+SEGMENTS = st.lists(st.text(max_size=8), min_size=1, max_size=3)
+GET_OR_POST = st.sampled_from(["GET", "POST"])
+
+
 @st.composite
 def other_requests(draw: st.DrawFn) -> Req:
-    kind = draw(st.integers(0, 3))
+    kind = draw(OTHER_KIND)
     if kind == 0:
         segment = draw(trial_ids)
         encoded = segment.replace(".", "%2E") if set(segment) <= {"."} else quote(segment, safe="")
-        suffix = draw(st.sampled_from(["", "/stop", "/promote", "/"]))
-        method = draw(st.sampled_from(["GET", "POST", "DELETE"]))
-        return Req(method, f"/v1/trials/{encoded}{suffix}", b"{}" if method == "POST" else None, draw(headers()))
+        suffix = draw(SUFFIXES)
+        method = draw(TRIAL_METHODS)
+        return Req(method, f"/v1/trials/{encoded}{suffix}", b"{}" if method == "POST" else None, draw(HEADERS))
     if kind == 1:
-        path = draw(st.sampled_from(["/v1/live", "/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/trials"]))
-        method = draw(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]))
-        return Req(method, path, draw(raw_bodies) if method != "GET" else None, draw(headers()))
-    path = "/" + "/".join(quote(s, safe="") for s in draw(st.lists(st.text(max_size=8), min_size=1, max_size=3)))
-    return Req(draw(st.sampled_from(["GET", "POST"])), path)
+        path = draw(KNOWN_PATHS)
+        method = draw(ANY_METHOD)
+        return Req(method, path, draw(raw_bodies) if method != "GET" else None, draw(HEADERS))
+    path = "/" + "/".join(quote(s, safe="") for s in draw(SEGMENTS))
+    return Req(draw(GET_OR_POST), path)
 
 
 requests = st.one_of(create_requests(), create_requests(), create_requests(), list_requests(), other_requests(),

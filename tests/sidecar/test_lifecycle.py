@@ -3,7 +3,9 @@ and a drain deadline that passes.
 
 Each test runs ``python -m sidecar.cli.main serve`` as a child process against a
 fake provider served from the test process, and reads the SQLite file
-directly once the child is gone. Product rules under test (DESIGN.md): rule 9
+directly once the child is gone. The child is forked from a warm parent that imported the
+sidecar once (:mod:`tests.sidecar.forkserve`; issue 29): a real process, signalled and
+reaped as any. Product rules under test (DESIGN.md): rule 9
 (a case in flight when the process died is ``indeterminate`` and never re-run),
 rule 3 (no crash takes spend past the cap) and rule 2 (the incumbent is never
 called).
@@ -15,7 +17,6 @@ import asyncio
 import os
 import signal
 import sqlite3
-import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ import pytest
 
 from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, exchange, wait_for, write_config
+from tests.sidecar.forkserve import ForkedProcess, create_subprocess
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 15.0
@@ -41,24 +43,20 @@ FINISHED_BY_WORKER = ("judged", "judge_failed", "candidate_failed", "cap_reached
 
 
 class ServerProcess:
-    """``shadowtrial serve`` as a child process; stderr (the log) goes to a file."""
+    """``shadowtrial serve`` as a child process (of the fork server); stderr (the log) goes to a file."""
 
     def __init__(self, config: Path, log: Path, *, own_group: bool = False) -> None:
         self.config = config
         self.log = log
         self.own_group = own_group  # a process group of its own, as a terminal's foreground job
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: ForkedProcess | None = None
         self.tap_url = ""
         self.admin_url = ""
 
     async def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
         with self.log.open("ab") as err:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "sidecar.cli.main", "serve", "--config", str(self.config),
-                cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=err,
-                start_new_session=self.own_group,
-            )
+            self.proc = await create_subprocess(["serve", "--config", str(self.config)], stderr=err.fileno(),
+                                                new_session=self.own_group)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

@@ -3,6 +3,9 @@ stderr naming the path or the address, with exit status 2 and no traceback (issu
 and its log at INFO carries no line per provider call (issue 8, item 10).
 
 The sidecar here runs as operators run it: the engine in a process of its own (the default).
+Each ``serve`` is a child process forked from a warm parent that imported the sidecar once
+(:mod:`tests.sidecar.forkserve`; issue 29: the imports were nearly all of a failing start's
+CPU); its exit status and its stdout and stderr are the child's own.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ import os
 import signal
 import socket
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
 
 from sidecar.demo.fake_provider import FakeProvider
 from tests.harness import default_models, exchange, wait_for, write_config
-from tests.sidecar.test_lifecycle import REPO, Client, ServerProcess
+from tests.sidecar.forkserve import create_subprocess
+from tests.sidecar.test_lifecycle import Client, ServerProcess
 
 #: Generous: the child imports the sidecar and, for the engine's failure, spawns the engine's process.
 EXIT_TIMEOUT_S = 60.0
@@ -27,21 +30,19 @@ EXIT_TIMEOUT_S = 60.0
 
 async def serve_fails(config: Path) -> tuple[int, list[str]]:
     """Run ``shadowtrial serve --config CONFIG``; it must exit by itself. (exit status, stderr lines)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar.cli.main", "serve", "--config", str(config),
-        cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
+    out_path, err_path = config.with_name("serve.out"), config.with_name("serve.err")
+    with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
+        proc = await create_subprocess(["serve", "--config", str(config)], stdout=out_file.fileno(),
+                                       stderr=err_file.fileno())
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=EXIT_TIMEOUT_S)
+        rc = await asyncio.wait_for(proc.wait(), timeout=EXIT_TIMEOUT_S)
     except asyncio.TimeoutError:
         proc.kill()
-        out, err = await proc.communicate()
-        raise AssertionError(f"serve did not exit; it printed {out!r} {err!r}") from None
+        await proc.wait()
+        raise AssertionError(f"serve did not exit; it printed {out_path.read_bytes()!r} {err_path.read_bytes()!r}") from None
+    out = out_path.read_bytes()
     assert out == b"", out  # it never announced its addresses
-    assert proc.returncode is not None
-    return proc.returncode, err.decode(errors="replace").splitlines()
+    return rc, err_path.read_bytes().decode(errors="replace").splitlines()
 
 
 def config_with(tmp_path: Path, *, db: str = "trials.db", extra: str = "") -> Path:

@@ -14,8 +14,6 @@ import base64
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from sidecar.engine.process import EngineProcess
 from sidecar.engine.subjects import Subject
 from sidecar.store.records import CaseFinish, OutboxRecord
 from tests.harness import Harness, default_models, exchange, wait_for, write_config
+from tests.sidecar.forkserve import create_subprocess
 from tests.sidecar.services.test_replay import replay as replay_trial
 from tests.sidecar.workers_kit import FAST, HOLD, Fault, fail_once, restarted
 from tests.uplink.kit import UplinkKit
@@ -324,26 +323,25 @@ async def test_serve_exits_non_zero_when_its_engine_process_is_killed(tmp_path: 
         path = write_config(tmp_path, fake.base_url, isolation="process")
         # The suite's own switches (SHADOWTRIAL_REQUIRE_*, set by .ci/run) are not the sidecar's
         # settings: the config refuses unknown SHADOWTRIAL_ variables, so they stay out.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.cli", "serve", "--config", str(path)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
+        # A child of the warm parent that imported the sidecar once (tests/sidecar/forkserve.py,
+        # which keeps them out), run as ``python -m sidecar.cli serve``.
+        log = tmp_path / "serve.err"
+        with log.open("wb") as err_file:
+            proc = await create_subprocess(["serve", "--config", str(path)], stderr=err_file.fileno(),
+                                           module="sidecar.cli")
         try:
-            line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)  # type: ignore[union-attr]
+            assert proc.stdout is not None
+            line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
             assert line.startswith("shadowtrial: tap"), line
             children = _children(proc.pid)
             assert len(children) == 1, children
             os.kill(children[0], signal.SIGKILL)
-            code = await asyncio.wait_for(asyncio.to_thread(proc.wait), 60)
-            err = proc.stderr.read()  # type: ignore[union-attr]
+            code = await asyncio.wait_for(proc.wait(), 60)
         finally:
-            if proc.poll() is None:
+            if proc.returncode is None:
                 proc.kill()
-                proc.wait()
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+                await proc.wait()
+        err = log.read_text()
         assert code == 70, err
         assert err.count("worker engine-process died (exited with code -9)") == 1, err
     finally:
