@@ -28,6 +28,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -604,7 +605,10 @@ def _judgment_rows(
 
 #: Judgment ids: 128 random bits as 32 hex digits, from a generator seeded once from the OS
 #: (``uuid4`` asked the OS each time: a system call, and a GIL handover to the store's thread).
+#: A forked process seeds it from the OS again: two children of one parent would otherwise draw
+#: the same ids (the engine's process is spawned, but an embedding program may fork).
 _ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
 
 
 def _judgment_id() -> str:

@@ -97,7 +97,7 @@ async def test_three_sidecars_share_trials_caps_and_the_case_ledger(
         except AssertionError:
             raise AssertionError([(await clients[0].trial(t["id"]))["funnel"] for t in (wide, tight)])
         w, t = await clients[2].trial(wide["id"]), await clients[2].trial(tight["id"])
-        assert w["funnel"]["outcomes"]["judged"] == n == w["funnel"]["total"]
+        assert w["funnel"]["outcomes"]["judged"] == n == w["funnel"]["total"], w["funnel"]
         assert t["funnel"]["total"] == n and t["status"] == "cap_reached"
         assert t["funnel"]["outcomes"]["cap_reached"] > 0 and t["funnel"]["outcomes"]["judged"] > 0
         calls = candidate_calls(fake)
