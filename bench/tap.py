@@ -735,7 +735,7 @@ async def settle(sc: Child) -> dict[str, list[str]] | None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         async with session.get(f"{admin}/v1/trials", params={"status": "running"}) as resp:
             listed = await resp.json()
-        for trial in listed.get("trials", listed if isinstance(listed, list) else []):
+        for trial in listed["trials"]:
             async with session.post(f"{admin}/v1/trials/{trial['id']}/stop") as resp:
                 if resp.status != 200:
                     raise RuntimeError(f"stopping trial {trial['id']} failed: {resp.status} {await resp.text()}")
@@ -743,7 +743,8 @@ async def settle(sc: Child) -> dict[str, list[str]] | None:
         while True:
             async with session.get(f"{admin}/metrics") as resp:
                 gauges = _prometheus(await resp.text())
-            if gauges["shadowtrial_intake_queue_depth"] == 0 and gauges["shadowtrial_cases_in_flight"] == 0:
+            if (gauges["shadowtrial_intake_queue_depth"] == 0 and gauges["shadowtrial_cases_in_flight"] == 0
+                    and gauges["shadowtrial_running_trials"] == 0):
                 break
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"the shared sidecar did not settle within {SETTLE_TIMEOUT_S:.0f} s")

@@ -54,7 +54,9 @@ FIGURES: dict[str, str | tuple[str, ...]] = {
         *(rf"\n  {tap} +/ reference: exchanges/s [\d.]+, requests/s [\d.]+" for tap in ("tap", r"tap r=0")),
         r"fake provider calls, whole run: \{'bench-",
         r"\nengine alone +1\.00 ", r"\nengine under flood +0\.05 ", r"\ningest alone +0\.00 ",
-        r"[1-9]\d* offered; window from \d+ to \d+ judged \(10%-90% marks\); every case finished",
+        # the engine-alone phase ends when every case it offered was judged (the funnel, not the gauges)
+        r"\n  at the end: funnel \{'judged': (\d+)\}, in flight 0, queue depth 0\n"
+        r"  \1 offered; window from \d+ to \d+ judged \(10%-90% marks\); every case finished",
         r"judged/s under flood / judged/s alone = ",
         r"INGEST +exch/s engine busy \(rate 0\.05\) / exch/s alone \(rate 0\) = ",
         r"CPU PER CASE +engine alone, [1-9]\d* judged",
