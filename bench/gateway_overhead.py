@@ -46,7 +46,9 @@ else of the benchmark on the other. A warm-up of
 latencies are LiteLLM's own overhead plus loopback. ``others`` is the CPU the rest of the
 machine used meanwhile: when it is high, compare only within the run. Speed is measured,
 never asserted (DESIGN.md section 14). The run is bounded by its request counts and by
-``--deadline`` seconds, and stops every process it started.
+``--deadline`` seconds, and stops every process it started. ``--quick`` (the suite runs it)
+prints every row on a few requests each, its proxies forked from one process that imported
+LiteLLM once (``bench/_forked_proxies.py``) instead of each importing it.
 
 Two options for telling a plugin's cost (tens of microseconds) from the run's noise (the
 proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):

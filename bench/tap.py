@@ -48,7 +48,8 @@ Processes (the machine this was written on has 2 cores): this process is the
 load generator (aiohttp ``ClientSession``, keep-alive, fixed concurrency, only
 to 127.0.0.1, bounded by request count and time); each measured server runs in
 a child process of its own, started fresh for each phase, so no backlog of one
-phase runs into the next; the fake provider runs in a third process that is
+phase runs into the next (``--quick``: one of each for the whole run, its trials stopped and
+its queue empty between phases; see ``PhaseSidecar``); the fake provider runs in a third process that is
 idle except while the sidecar dispatches sampled cases. Each flood starts with
 a short warm-up that is not counted. CPU comes from ``/proc``: per process, per
 thread of the sidecar, and the machine's total, so what other processes took
