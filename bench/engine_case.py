@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tap import (  # noqa: E402
     HOST, Child, _proc_cpu, _wait_for_stop, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel,
 )
+from tap import settle as settle_shared  # noqa: E402
 
 POLL_S = 0.25
 
@@ -105,13 +106,16 @@ async def metrics_done(session: aiohttp.ClientSession, admin: str) -> tuple[int,
     return outcomes, in_flight, depth
 
 
-async def settle(session: aiohttp.ClientSession, admin: str, trial: str, total: int, timeout: float = 300.0) -> dict[str, object]:
+async def settle(
+    session: aiohttp.ClientSession, admin: str, trial: str, total: int, timeout: float = 300.0, before: int = 0,
+) -> dict[str, object]:
     """Wait until ``total`` exchanges have an outcome and none is in flight: ``/metrics`` until
-    its counters say so, then the trial's funnel (the store's, the one that counts) until it agrees."""
+    its counters say so (``before``: the outcomes the sidecar counted for other trials), then the
+    trial's funnel (the store's, the one that counts) until it agrees."""
     deadline = time.monotonic() + timeout
     while True:
         outcomes, in_flight, depth = await metrics_done(session, admin)
-        if outcomes >= total and in_flight == 0 and depth == 0:
+        if outcomes >= before + total and in_flight == 0 and depth == 0:
             break
         if time.monotonic() > deadline:
             raise RuntimeError(f"cases did not settle: {outcomes} outcomes of {total}, {in_flight} in flight")
@@ -150,24 +154,32 @@ def run_otlp_sink(conn: Connection) -> None:
     asyncio.run(main())
 
 
-async def one_run(fake: Child, rate: float, args: argparse.Namespace, tag: str, extra: str = "") -> Run:
+async def one_run(
+    fake: Child, rate: float, args: argparse.Namespace, tag: str, extra: str = "", shared: Child | None = None,
+) -> Run:
+    """One measured run on a fresh sidecar, or (``--quick``) on the ``shared`` one, its trials stopped
+    and its queue empty after the run."""
     with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-        sidecar = Child(run_sidecar, fake.hello, tmp, 10_000, 16, extra)
+        sidecar = shared or Child(run_sidecar, fake.hello, tmp, 10_000, 16, extra)
         try:
             tap_url = sidecar.hello["tap_url"] + "/v1/exchanges"
             admin = sidecar.hello["admin_url"]
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) as session:
+                before = (await metrics_done(session, admin))[0] if shared else 0
                 trial = await create_trial(session, admin, rate)
                 await post_all(session, tap_url, args.warmup, f"warm-{tag}", args.concurrency)
-                await settle(session, admin, trial, args.warmup)
+                await settle(session, admin, trial, args.warmup, before=before)
                 cpu0, fake0, t0 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
                 eng0 = _engine_cpu(sidecar)
                 await post_all(session, tap_url, args.cases, f"run-{tag}", args.concurrency)
-                funnel = await settle(session, admin, trial, args.warmup + args.cases)
+                funnel = await settle(session, admin, trial, args.warmup + args.cases, before=before)
                 cpu1, fake1, t1 = sidecar.cpu_seconds(), fake.cpu_seconds(), time.perf_counter()
                 eng1 = _engine_cpu(sidecar)
         finally:
-            sidecar.stop()
+            if shared is None:
+                sidecar.stop()
+            else:
+                await settle_shared(sidecar)
     if cpu0 is None or cpu1 is None or fake0 is None or fake1 is None:
         raise RuntimeError("needs /proc to read the children's CPU time")
     return Run(rate, args.cases, cpu1 - cpu0, eng1 - eng0, fake1 - fake0, t1 - t0, funnel)
@@ -185,10 +197,14 @@ async def amain(args: argparse.Namespace) -> int:
              f"sample_ratio = {args.sample_ratio}\n" if sink is not None else "")
     engine: list[float] = []
     fake_per_case: list[float] = []
+    shared_tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") if args.quick else None
+    shared = None
     try:
+        if shared_tmp is not None:  # --quick: one sidecar for every run (each run's trial stopped after it)
+            shared = Child(run_sidecar, fake.hello, shared_tmp.name, 10_000, 16, extra)
         for r in range(args.rounds):
-            sampled = await one_run(fake, 1.0, args, f"{r}s", extra)
-            unsampled = await one_run(fake, 0.0, args, f"{r}u", extra)
+            sampled = await one_run(fake, 1.0, args, f"{r}s", extra, shared)
+            unsampled = await one_run(fake, 0.0, args, f"{r}u", extra, shared)
             per_case = sampled.us_per_exchange - unsampled.us_per_exchange
             in_engine = sampled.engine_us_per_exchange - unsampled.engine_us_per_exchange
             engine.append(per_case)
@@ -201,6 +217,10 @@ async def amain(args: argparse.Namespace) -> int:
                 flush=True,
             )
     finally:
+        if shared is not None:
+            shared.stop()
+        if shared_tmp is not None:
+            shared_tmp.cleanup()
         fake.stop()
         exported = sink.stop() if sink is not None else None
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

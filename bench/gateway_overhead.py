@@ -46,7 +46,9 @@ else of the benchmark on the other. A warm-up of
 latencies are LiteLLM's own overhead plus loopback. ``others`` is the CPU the rest of the
 machine used meanwhile: when it is high, compare only within the run. Speed is measured,
 never asserted (DESIGN.md section 14). The run is bounded by its request counts and by
-``--deadline`` seconds, and stops every process it started.
+``--deadline`` seconds, and stops every process it started. ``--quick`` (the suite runs it)
+prints every row on a few requests each, its proxies forked from one process that imported
+LiteLLM once (``bench/_forked_proxies.py``) instead of each importing it.
 
 Two options for telling a plugin's cost (tens of microseconds) from the run's noise (the
 proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):
@@ -68,6 +70,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -77,7 +80,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -89,10 +92,9 @@ from tap import (  # noqa: E402
     CANDIDATE, HOST, INCUMBENT, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, pin, run_fake_provider,
     run_sidecar,
 )
-from tests.litellm_proxy import (  # noqa: E402
-    GENERIC_CALLBACK, LITELLM_GENERIC_API, PLUGIN_CALLBACK, Deployment, LiteLLMProxy, ensure_litellm_venv,
-    free_port, proxy_env, start_proxies, write_proxy_dir,
-)
+
+if TYPE_CHECKING:
+    from tests.litellm_proxy import LiteLLMProxy
 
 TEAM_KEY, TEAM = "sk-team-a", "team-a"
 #: LiteLLM's own cost of calling a callback: a ``CustomLogger`` whose hooks do nothing.
@@ -468,9 +470,20 @@ def _loadavg() -> str:
 
 
 async def amain(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: the helper processes (spawned, so they import this module
+    # again) need none of it, and it brings pytest.
+    from _forked_proxies import ForkedProxy, Zygote
+    from tests.litellm_proxy import (
+        GENERIC_CALLBACK, LITELLM_GENERIC_API, PLUGIN_CALLBACK, Deployment, LiteLLMProxy, ensure_litellm_venv,
+        free_port, proxy_env, start_proxies, write_proxy_dir,
+    )
+
     venv = ensure_litellm_venv()
     print(f"LiteLLM environment: {venv}; load average {_loadavg()}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="gateway-overhead-"))
+    # --quick: every row, each proxy forked from one process that imported LiteLLM once
+    # (bench/_forked_proxies.py); it imports while the helpers below start.
+    zygote = Zygote(venv, proxy_env(), tmp / "zygote.log") if args.quick else None
     fake = Child(run_fake_provider)
     sidecar = sink = None
     hung = HungServer()
@@ -478,6 +491,8 @@ async def amain(args: argparse.Namespace) -> int:
     try:
         sidecar = Child(run_sidecar, fake.hello, str(tmp))
         sink = Child(run_sink)
+        if zygote is not None:
+            zygote.wait_ready()
         trial_id = await create_trial(sidecar.hello["admin_url"], args.sample_rate)
         stopped = free_port()
         tap = {
@@ -492,9 +507,7 @@ async def amain(args: argparse.Namespace) -> int:
         specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
         specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
         specs[NULL_NAME] = ((NULL_CALLBACK,), {})
-        if args.quick:  # two proxies, not six: the plugin against none, enough to show the bench runs
-            specs = {name: specs[name] for name in ("none", "plugin, sidecar up")}
-        elif args.proxies:
+        if args.proxies:
             specs = {name: specs[name] for name in chosen(args.proxies)}
         else:
             del specs[NULL_NAME]
@@ -512,7 +525,10 @@ async def amain(args: argparse.Namespace) -> int:
                 settings = json.loads(config.read_text())
                 settings["litellm_settings"]["callbacks"] = [NULL_CALLBACK]
                 config.write_text(json.dumps(settings, indent=2))
-            proxies.append(LiteLLMProxy(name, venv, config, proxy_env(env)))
+            if zygote is not None and "PYTHONPATH" not in env:  # a fork imports from the zygote's path
+                proxies.append(ForkedProxy(name, venv, config, proxy_env(env), zygote=zygote))
+            else:
+                proxies.append(LiteLLMProxy(name, venv, config, proxy_env(env)))
         t0 = time.monotonic()
         start_proxies(proxies, timeout_s=240.0)
         if args.pin:
@@ -534,10 +550,14 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         for proxy in proxies:
             proxy.stop()
+        if zygote is not None:
+            zygote.close()
         hung.close()
         for child in (sink, sidecar, fake):
             if child is not None:
                 child.stop()
+        if args.quick:  # the suite runs it: leave no directory behind (a measuring run keeps its logs)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 
@@ -567,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(a timing shim around its hook and its sender's tasks)")
     parser.add_argument("--compare-root", default="", help="also run each plugin row with the plugin imported "
                         "from this checkout (rows marked [ref]): before and after in one run")
-    _quick(parser, argv, requests=20, throughput_requests=16, rounds=1, block=8, warmup=3, deadline=300.0)
+    _quick(parser, argv, requests=5, throughput_requests=8, rounds=1, block=4, warmup=1, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 

@@ -48,7 +48,8 @@ Processes (the machine this was written on has 2 cores): this process is the
 load generator (aiohttp ``ClientSession``, keep-alive, fixed concurrency, only
 to 127.0.0.1, bounded by request count and time); each measured server runs in
 a child process of its own, started fresh for each phase, so no backlog of one
-phase runs into the next; the fake provider runs in a third process that is
+phase runs into the next (``--quick``: one of each for the whole run, its trials stopped and
+its queue empty between phases; see ``PhaseSidecar``); the fake provider runs in a third process that is
 idle except while the sidecar dispatches sampled cases. Each flood starts with
 a short warm-up that is not counted. CPU comes from ``/proc``: per process, per
 thread of the sidecar, and the machine's total, so what other processes took
@@ -259,7 +260,12 @@ def run_sidecar(
                     threads[t.native_id] = ("store:admin" if admin_store else "store:engine") if store else t.name
             engine_pid = getattr(sc.runtime.engine, "pid", None)  # the engine's own process, by default
             conn.send({"tap_url": sc.tap_url, "admin_url": sc.admin_url, "threads": threads, "engine_pid": engine_pid})
-            await _wait_for_stop(conn)
+            # "log": what it logged so far, then wait on (``--quick`` shares one sidecar between phases);
+            # anything else stops it.
+            while await asyncio.get_running_loop().run_in_executor(None, conn.recv) == "log":
+                conn.send({k: v[:] for k, v in logged.items()})
+                for lines in logged.values():
+                    lines.clear()
             when[0] = "stopping"
         conn.send(logged)
 
@@ -683,6 +689,71 @@ def _fresh_sidecar(fake: Child, tmp: str, args: argparse.Namespace, queue_size: 
     return sc
 
 
+class PhaseSidecar:
+    """``async with PhaseSidecar(...) as sc``: the sidecar one phase measures. By default a fresh one
+    (and store) per phase, stopped at the end, so no backlog of one phase runs into the next; under
+    ``--quick`` the one ``shared`` sidecar of the whole run, settled at the end instead: its running
+    trials stopped (their queued cases end ``shed_stopped``, nothing dispatched) and its queue and
+    workers empty before the next phase starts. ``log``: what it logged meanwhile, as ``Child.stop``
+    returns it."""
+
+    def __init__(self, fake: Child, args: argparse.Namespace, queue_size: int, shared: Child | None = None) -> None:
+        self.fake, self.args, self.queue_size, self.shared = fake, args, queue_size, shared
+        self.log: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._child: Child | None = None
+
+    async def __aenter__(self) -> Child:
+        if self.shared is not None:
+            return self.shared
+        self._tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-")
+        try:
+            self._child = _fresh_sidecar(self.fake, self._tmp.name, self.args, self.queue_size)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        return self._child
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.shared is not None:
+            self.log = await settle(self.shared)
+            return
+        assert self._child is not None and self._tmp is not None
+        try:
+            self.log = self._child.stop()
+        finally:
+            self._tmp.cleanup()
+
+
+#: Bound on settling the shared sidecar between two ``--quick`` phases.
+SETTLE_TIMEOUT_S = 60.0
+
+
+async def settle(sc: Child) -> dict[str, list[str]] | None:
+    """Stop ``sc``'s running trials and wait (polling ``/metrics``, with a deadline) until its queue
+    is empty and no case is in flight; then what it logged since the last settle."""
+    admin = sc.hello["admin_url"]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        async with session.get(f"{admin}/v1/trials", params={"status": "running"}) as resp:
+            listed = await resp.json()
+        for trial in listed["trials"]:
+            async with session.post(f"{admin}/v1/trials/{trial['id']}/stop") as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"stopping trial {trial['id']} failed: {resp.status} {await resp.text()}")
+        deadline = time.perf_counter() + SETTLE_TIMEOUT_S
+        while True:
+            async with session.get(f"{admin}/metrics") as resp:
+                gauges = _prometheus(await resp.text())
+            if (gauges["shadowtrial_intake_queue_depth"] == 0 and gauges["shadowtrial_cases_in_flight"] == 0
+                    and gauges["shadowtrial_running_trials"] == 0):
+                break
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the shared sidecar did not settle within {SETTLE_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(0.02)  # polling with a deadline
+    sc.conn.send("log")
+    return sc.conn.recv() if sc.conn.poll(15) else None
+
+
 #: ``--pin``: the load generator and the tap share one core, the engine and the fake provider the other.
 TAP_CPU, ENGINE_CPU = 0, 1
 
@@ -696,79 +767,83 @@ def pin(pid: int, cpu: int) -> None:
             pass
 
 
-async def engine_alone(fake: Child, args: argparse.Namespace) -> EnginePhase:
+async def engine_alone(fake: Child, args: argparse.Namespace, shared: Child | None = None) -> EnginePhase:
     """``--cases`` exchanges offered at once in 100-exchange batches to a trial at rate 1.0, no
     flood; judged/s between the 10% and 90% marks, CPU from the first offer to the last case."""
     requests = -(-args.cases // 100)
-    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-        sc = _fresh_sidecar(fake, tmp, args, max(args.queue_size, requests * 100))
-        log = None
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-                trial_id = await create_trial(session, sc.hello["admin_url"], 1.0)
-                probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
-                try:
-                    idle0 = await probe.sample(full=True)  # the idle baseline: polling and housekeeping only
-                    await asyncio.sleep(args.idle)
-                    idle1 = await probe.sample(full=True)
-                    probe.start()
-                    load = await generate(
-                        session, sc.hello["tap_url"] + "/v1/exchanges", body_maker(100, "alone"),
-                        concurrency=args.concurrency, max_requests=requests, duration=30,
-                    )
-                    offered = load.requests * 100
-                    marks: list[Sample] = []
-                    deadline = time.perf_counter() + args.engine_timeout
-                    while time.perf_counter() < deadline:
-                        last = probe.samples[-1]
-                        if len(marks) < 2 and last.done >= (0.1, 0.9)[len(marks)] * offered:
-                            marks.append(await probe.sample(full=True))
-                        elif last.done >= offered:
+    lease = PhaseSidecar(fake, args, max(args.queue_size, requests * 100), shared)
+    async with lease as sc:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            trial_id = await create_trial(session, sc.hello["admin_url"], 1.0)
+            probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
+            try:
+                idle0 = await probe.sample(full=True)  # the idle baseline: polling and housekeeping only
+                await asyncio.sleep(args.idle)
+                idle1 = await probe.sample(full=True)
+                before = idle1.done  # 0 on a fresh sidecar; a shared one (--quick) finished cases before
+                probe.start()
+                load = await generate(
+                    session, sc.hello["tap_url"] + "/v1/exchanges", body_maker(100, "alone"),
+                    concurrency=args.concurrency, max_requests=requests, duration=30,
+                )
+                offered = load.requests * 100
+                marks: list[Sample] = []
+                deadline = time.perf_counter() + args.engine_timeout
+                while time.perf_counter() < deadline:
+                    done = probe.samples[-1].done - before
+                    if len(marks) < 2 and done >= (0.1, 0.9)[len(marks)] * offered:
+                        marks.append(await probe.sample(full=True))
+                    elif done >= offered:
+                        # The gauges count a case done once it left the tap's queue and no worker
+                        # holds it, but the engine's process may still hold it between the two:
+                        # the trial's funnel counts it only once it ended.
+                        full = await probe.sample(full=True)
+                        if sum((full.outcomes or {}).values()) >= offered:
                             break
-                        else:
-                            await asyncio.sleep(args.poll / 2)
-                    final = await probe.stop()
-                finally:
-                    await probe.close()
-        finally:
-            log = sc.stop()
+                        await asyncio.sleep(args.poll / 2)
+                    else:
+                        await asyncio.sleep(args.poll / 2)
+                final = await probe.stop()
+            finally:
+                await probe.close()
     marks += [final] * (2 - len(marks))
     w = Window(marks[0], marks[1])
     return EnginePhase(
         "engine alone", 1.0, w, min_depth=probe.min_depth(w.a, w.b), idle=Window(idle0, idle1),
-        whole=Window(idle1, final), offered=offered, timed_out=final.done < offered, final=final, log=log,
+        whole=Window(idle1, final), offered=offered, timed_out=final.done - before < offered, final=final,
+        log=lease.log,
     )
 
 
-async def flood_phase(fake: Child, args: argparse.Namespace, name: str, rate: float) -> EnginePhase:
+async def flood_phase(
+    fake: Child, args: argparse.Namespace, name: str, rate: float, shared: Child | None = None,
+) -> EnginePhase:
     """A full-speed flood of 100-exchange batches for ``--flood-duration`` seconds after the warm-up;
     judged/s and exchanges/s over the measured flood."""
-    with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-        sc = _fresh_sidecar(fake, tmp, args, args.queue_size)
-        log = None
-        try:
-            connector = aiohttp.TCPConnector(limit=args.concurrency)
-            async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
-                trial_id = await create_trial(session, sc.hello["admin_url"], rate)
-                url = sc.hello["tap_url"] + "/v1/exchanges"
-                probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
-                try:
-                    probe.start()
-                    await generate(
-                        session, url, body_maker(100, "warm"),
-                        concurrency=args.concurrency, max_requests=args.max_requests, duration=args.warmup,
-                    )
-                    a = await probe.sample(full=True)
-                    load = await generate(
-                        session, url, body_maker(100, "flood"),
-                        concurrency=args.concurrency, max_requests=args.max_requests, duration=args.flood_duration,
-                    )
-                    b = await probe.stop()
-                finally:
-                    await probe.close()
-        finally:
-            log = sc.stop()
-    return EnginePhase(name, rate, Window(a, b), load=load, min_depth=probe.min_depth(a, b), final=b, log=log)
+    # Exchange ids are unique within a sidecar: a shared one (--quick) gets them per phase.
+    tag = "" if shared is None else f"-{rate:g}"
+    lease = PhaseSidecar(fake, args, args.queue_size, shared)
+    async with lease as sc:
+        connector = aiohttp.TCPConnector(limit=args.concurrency)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
+            trial_id = await create_trial(session, sc.hello["admin_url"], rate)
+            url = sc.hello["tap_url"] + "/v1/exchanges"
+            probe = Probe(sc.hello["admin_url"], trial_id, sc, fake, args.poll)
+            try:
+                probe.start()
+                await generate(
+                    session, url, body_maker(100, "warm" + tag),
+                    concurrency=args.concurrency, max_requests=args.max_requests, duration=args.warmup,
+                )
+                a = await probe.sample(full=True)
+                load = await generate(
+                    session, url, body_maker(100, "flood" + tag),
+                    concurrency=args.concurrency, max_requests=args.max_requests, duration=args.flood_duration,
+                )
+                b = await probe.stop()
+            finally:
+                await probe.close()
+    return EnginePhase(name, rate, Window(a, b), load=load, min_depth=probe.min_depth(a, b), final=b, log=lease.log)
 
 
 def _ms(value: float | None) -> str:
@@ -892,14 +967,14 @@ def cpu_per_case(alone: EnginePhase, ingest: EnginePhase | None) -> None:
     )
 
 
-async def run_starvation(fake: Child, args: argparse.Namespace) -> dict[str, EnginePhase]:
+async def run_starvation(fake: Child, args: argparse.Namespace, shared: Child | None = None) -> dict[str, EnginePhase]:
     phases: dict[str, EnginePhase] = {}
-    phases["engine alone"] = await engine_alone(fake, args)
+    phases["engine alone"] = await engine_alone(fake, args, shared)
     print("done: engine alone", file=sys.stderr, flush=True)
     if "starvation" in args.phases:
-        phases["engine under flood"] = await flood_phase(fake, args, "engine under flood", args.flood_rate)
+        phases["engine under flood"] = await flood_phase(fake, args, "engine under flood", args.flood_rate, shared)
         print("done: engine under flood", file=sys.stderr, flush=True)
-    phases["ingest alone"] = await flood_phase(fake, args, "ingest alone", 0.0)
+    phases["ingest alone"] = await flood_phase(fake, args, "ingest alone", 0.0, shared)
     print("done: ingest alone", file=sys.stderr, flush=True)
     return phases
 
@@ -985,35 +1060,48 @@ async def amain(args: argparse.Namespace) -> int:
     engine_phases: dict[str, EnginePhase] = {}
     taps = [("tap", args.sample_rate)] + ([("tap r=0", 0.0)] if args.unsampled else [])
     load_before = _loadavg()
+    # --quick: one server of each kind for the whole run, every phase against it (settled between
+    # phases: see PhaseSidecar); otherwise a fresh server per phase.
+    shared: Child | None = None
+    shared_tmp: tempfile.TemporaryDirectory[str] | None = None
+    refs: dict[bool, Child] = {}
     try:
+        if args.quick:
+            shared_tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-")
+            shared = _fresh_sidecar(fake, shared_tmp.name, args, max(args.queue_size, -(-args.cases // 100) * 100))
         if "ingest" in args.phases:
             for r in range(args.rounds):
                 for mode, per_request, tag in (("(a) 1 exchange/request", 1, "a"), ("(b) 100 exchanges/request", 100, "b")):
                     for ref_name, decode in (("reference", False), ("floor", True)):
-                        ref = Child(run_reference, MAX_BODY, decode)
+                        ref = refs.get(decode) or Child(run_reference, MAX_BODY, decode)
                         if args.pin:
                             pin(ref.proc.pid, TAP_CPU)
                         try:
                             phases.append(await run_phase(ref_name, mode, ref, per_request, args, f"{tag}{r}{ref_name}"))
                         finally:
-                            ref.stop()
+                            if args.quick:
+                                refs[decode] = ref
+                            else:
+                                ref.stop()
                     for i, (name, rate) in enumerate(taps):
                         # A fresh sidecar (and store) per phase: no backlog of one phase runs into the next.
-                        with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
-                            tap = Child(run_sidecar, fake.hello, tmp, args.queue_size, args.workers)
-                            if args.pin:
-                                pin(tap.proc.pid, TAP_CPU)
-                                if tap.engine_pid:
-                                    pin(tap.engine_pid, ENGINE_CPU)
-                            try:
+                        lease = PhaseSidecar(fake, args, args.queue_size, shared)
+                        try:
+                            async with lease as tap:
                                 phases.append(await run_phase(name, mode, tap, per_request, args, f"{tag}{r}{i}", rate))
-                            finally:
-                                _echo_log(name, tap.stop())
+                        finally:
+                            _echo_log(name, lease.log)
                     print(f"round {r + 1}/{args.rounds} done: {mode}", file=sys.stderr, flush=True)
         load_mid = _loadavg()
         if {"starvation", "cpu"} & set(args.phases):
-            engine_phases = await run_starvation(fake, args)
+            engine_phases = await run_starvation(fake, args, shared)
     finally:
+        for ref in refs.values():
+            ref.stop()
+        if shared is not None:
+            _echo_log("shared sidecar", shared.stop())
+        if shared_tmp is not None:
+            shared_tmp.cleanup()
         fake_calls = fake.stop()
     if phases:
         report(best_of(phases), args, fake_calls, (load_before, load_mid))

@@ -24,22 +24,44 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
-#: Per benchmark, a pattern every run must print: the figure the benchmark exists for.
-FIGURES: dict[str, str] = {
+#: Per benchmark, a pattern (or several) every run must print: the figures the benchmark exists for.
+FIGURES: dict[str, str | tuple[str, ...]] = {
     "betting.py": r"\| \*\*shipped: betting, mixed constant bets, hedged\*\* \| [\d.]+% / ",
     "bootstrap.py": r"direct / aggregated at [\d,]+ cases: [\d,]+x",
     "corpus_runs.py": (r"\| null \| pref \(paired_judge\) \| \d+ x 2 \| [^|]+ \|[\s\S]*"
                        r"200 items x 2 with the paired judge: refused, comparison_invocation_limit"),
     "collector_capacity.py": r"one collector replica into PostgreSQL: [\d,]+ records/s",
     "engine_case.py": r"engine CPU per judged case -?\d+ µs",
-    "gateway_overhead.py": r"mean latency ms: none \d+\.\d+",
+    # Every row of the full mode (all its proxies; --quick forks them from one LiteLLM import).
+    "gateway_overhead.py": (
+        *(rf"\n{row} +\d+ +0 +\d+\.\d+ +\d+\.\d+ +\d+\.\d{{3}} +\d+\.\d{{3}} +\d+\.\d +\d+\.\d{{3}} +\d+\.\d{{3}} +[+-]\d"
+          for row in (r"none", r"plugin, sidecar up", r"plugin, sidecar stopped", r"plugin, sidecar hung",
+                      r"generic_api \(unlicensed\)", r"generic format -> sink")),
+        r"mean latency ms: none \d+\.\d+",
+        r"sidecar: shadowtrial_exchanges_received_total \d+; trial funnel \{",
+        r"hung server: \d+ connection\(s\) accepted, none answered",
+    ),
     "ingest_path.py": r"rate 0 retained : \d+\.\d+ us/exchange",
     "otlp.py": r"OTLP rate 0\.05: +\d+\.\d+ us/span",
     "provider_calls.py": r"estimated engine CPU per judged case",
     "segments.py": (r"\| equal \| 17 \(cap 16 \+ other\) \(0\.00294\) \|[^\n]*\*\*[\d.]+% \[[\d.]+%, [\d.]+%\]\*\*"
                     r"[\s\S]*\| 0\.35 \| 17 \(cap 16 \+ other\) \| [\d.]+% \["),
     "store_sql.py": r"share of query statements defined once: \d+%",
-    "tap.py": r"judged/s under flood / judged/s alone = ",
+    # Every phase of the full mode: ingest (both modes, all four servers), starvation, cpu.
+    "tap.py": (
+        *(rf"\n\({m}\) [^\n]*/request +{server} +[1-9]\d* +0 "
+          for m in "ab" for server in ("reference", "floor", r"tap", r"tap r=0")),
+        *(rf"\n  {tap} +/ reference: exchanges/s [\d.]+, requests/s [\d.]+" for tap in ("tap", r"tap r=0")),
+        r"fake provider calls, whole run: \{'bench-",
+        r"\nengine alone +1\.00 ", r"\nengine under flood +0\.05 ", r"\ningest alone +0\.00 ",
+        # the engine-alone phase ends when every case it offered was judged (the funnel, not the gauges)
+        r"\n  at the end: funnel \{'judged': (\d+)\}, in flight 0, queue depth 0\n"
+        r"  \1 offered; window from \d+ to \d+ judged \(10%-90% marks\); every case finished",
+        r"judged/s under flood / judged/s alone = ",
+        r"INGEST +exch/s engine busy \(rate 0\.05\) / exch/s alone \(rate 0\) = ",
+        r"CPU PER CASE +engine alone, [1-9]\d* judged",
+        r"by thread over the phase: tap\+admin loop",
+    ),
     "uplink_outage.py": r"every record held exactly once",
     "uplink_throughput.py": r"sidecar-side CPU per delivered record: +[\d,.]+ µs",
     "verdicts.py": r"## smalln\n\| items \| plain percentile \| expanded \|\n\| 20 \| \d",
@@ -78,4 +100,6 @@ def test_benchmark_runs_quick(name: str) -> None:
     )
     out = run.stdout + run.stderr
     assert run.returncode == 0, f"{name} --quick exited {run.returncode}:\n{out[-4000:]}"
-    assert re.search(FIGURES[name], run.stdout), f"{name} --quick printed no figure:\n{out[-4000:]}"
+    patterns = FIGURES[name]
+    for pattern in (patterns,) if isinstance(patterns, str) else patterns:
+        assert re.search(pattern, run.stdout), f"{name} --quick printed no {pattern!r}:\n{out[-4000:]}"
