@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,20 @@ from tests.sidecar.api import raw_http
 BOUND = 0.5
 DEADLINE = 20.0
 
-TIMEOUTS = {"SHADOWTRIAL_TAP__READ_TIMEOUT_SECONDS": str(BOUND), "SHADOWTRIAL_TAP__IDLE_TIMEOUT_SECONDS": str(BOUND)}
+#: The idle bound of a test whose client sends a request: the server, the fake provider and
+#: the client share one event loop, and on a loaded machine that loop can stall for longer
+#: than ``BOUND`` between accepting a connection and reading the request the client wrote
+#: at once, so the connection looked idle and was closed unanswered. Only the tests after
+#: an answer wait for this bound.
+IDLE_AFTER_REQUEST = 2.0
+
+
+def timeouts(idle: float = BOUND) -> dict[str, str]:
+    return {"SHADOWTRIAL_TAP__READ_TIMEOUT_SECONDS": str(BOUND), "SHADOWTRIAL_TAP__IDLE_TIMEOUT_SECONDS": str(idle)}
+
+
+TIMEOUTS = timeouts()
+ANSWERED = timeouts(IDLE_AFTER_REQUEST)
 
 
 async def connect(h: Harness) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -89,7 +103,7 @@ async def test_trickled_headers_are_cut_off(tmp_path: Path) -> None:
 
 
 async def test_a_stalled_body_gets_408_and_the_connection_is_closed(tmp_path: Path) -> None:
-    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+    async with Harness(tmp_path, environ=ANSWERED) as h:
         trial = await h.create_trial(sample_rate=1.0)
         reader, writer = await connect(h)
         try:
@@ -108,7 +122,7 @@ async def test_a_stalled_body_gets_408_and_the_connection_is_closed(tmp_path: Pa
 
 async def test_a_trickled_body_is_cut_off_by_the_total_read_bound(tmp_path: Path) -> None:
     """The bound is on the whole body, not between bytes: a byte every 0.1 s does not keep it open."""
-    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+    async with Harness(tmp_path, environ=ANSWERED) as h:
         reader, writer = await connect(h)
         try:
             body = json.dumps([exchange(i) for i in range(40)]).encode()
@@ -124,7 +138,7 @@ async def test_a_trickled_body_is_cut_off_by_the_total_read_bound(tmp_path: Path
 async def test_a_refused_request_with_a_stalled_body_is_not_read_on_for_long(tmp_path: Path) -> None:
     """401 before the body is read: aiohttp reads on a while (so the client sees the answer,
     not a reset), bounded by the read timeout, not by its own ten-second default."""
-    env = {**TIMEOUTS, "TAP_SHARED_TOKEN": "s3cret-tap-token"}
+    env = {**ANSWERED, "TAP_SHARED_TOKEN": "s3cret-tap-token"}
     async with Harness(tmp_path, tap_token_env="TAP_SHARED_TOKEN", environ=env) as h:
         reader, writer = await connect(h)
         try:
@@ -139,7 +153,7 @@ async def test_a_refused_request_with_a_stalled_body_is_not_read_on_for_long(tmp
 
 
 async def test_an_idle_keep_alive_connection_is_closed_after_its_answer(tmp_path: Path) -> None:
-    async with Harness(tmp_path, environ=TIMEOUTS) as h:
+    async with Harness(tmp_path, environ=ANSWERED) as h:
         await h.create_trial(sample_rate=1.0)
         reader, writer = await connect(h)
         try:
@@ -152,6 +166,27 @@ async def test_an_idle_keep_alive_connection_is_closed_after_its_answer(tmp_path
         # The answer came whole, then the idle connection was closed (read_until_closed returned).
         assert status == 202
         assert json.loads(payload) == {"accepted": 1, "sampled": 1, "shed": 0}
+
+
+async def test_a_request_written_after_a_stalled_loop_is_still_answered(tmp_path: Path) -> None:
+    """The answer tests' idle bound outlasts a loop stall between accept and the client's write.
+
+    With ``BOUND`` as the idle bound this failed as CI did: the stall (``time.sleep`` blocks
+    the one loop, standing in for a loaded machine) let the idle timer close the connection
+    before the request was read, and the client got nothing."""
+    async with Harness(tmp_path, environ=ANSWERED) as h:
+        await h.create_trial(sample_rate=1.0)
+        reader, writer = await connect(h)
+        try:
+            time.sleep(BOUND + 0.2)  # the loop stalls; not a wait for anything
+            await asyncio.sleep(0)  # and the client's write comes after the loop's next turn
+            body = json.dumps([exchange(1)]).encode()
+            writer.write(request_head(len(body)) + body)
+            await writer.drain()
+            status, _ = status_and_body(await read_until_closed(reader))
+        finally:
+            close(writer)
+        assert status == 202
 
 
 async def test_defaults_bound_both_and_the_config_refuses_nonsense(tmp_path: Path) -> None:
