@@ -13,7 +13,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from sidecar.telemetry.counters import TapCounters
@@ -44,7 +46,8 @@ def bench(rt):
         for b in bodies: ingest(rt, b, "application/json")
         best = min(best, time.perf_counter() - t)
     return best / (len(bodies) * 100) * 1e6
-tmp = tempfile.mkdtemp(); j = Journal(tmp); j.open(); j.forget_previous()
+tmp = tempfile.mkdtemp(); atexit.register(shutil.rmtree, tmp, True)  # the journal's files go with the run
+j = Journal(tmp); j.open(); j.forget_previous()
 # The reference, in the same run: the typed msgspec decode of the same bodies (the tap's
 # schema), the least any tap must do after reading a body. Process CPU, min of interleaved
 # repeats, so that what other processes take from the machine counts least.

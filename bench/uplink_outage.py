@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -36,6 +37,13 @@ from tests.uplink.kit import UplinkKit  # noqa: E402
 
 async def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="shadowtrial-outage-"))
+    try:
+        return await _run(args, tmp)
+    finally:  # the databases, keys and journal of the run: nothing is left in the temp dir
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _run(args: argparse.Namespace, tmp: Path) -> int:
     kit = UplinkKit(tmp)
     collector = kit.collector()
     await collector.start()

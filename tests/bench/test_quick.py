@@ -85,7 +85,7 @@ def test_every_benchmark_declares_its_figure() -> None:
 
 
 @pytest.mark.parametrize("name", benchmarks())
-def test_benchmark_runs_quick(name: str) -> None:
+def test_benchmark_runs_quick(name: str, tmp_path: Path) -> None:
     if name in NEEDS_LITELLM:
         from tests.litellm_proxy import litellm_or_skip
 
@@ -94,6 +94,11 @@ def test_benchmark_runs_quick(name: str) -> None:
     # sidecars and collectors a benchmark starts: their config refuses unknown SHADOWTRIAL_ names.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
     env["PYTHONPATH"] = str(ROOT)
+    # Its own temp dir, to see that it leaves nothing behind (uplink_outage.py once left a
+    # shadowtrial-outage-* directory in /tmp on every run).
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env["TMPDIR"] = str(tmp)
     run = subprocess.run(
         [sys.executable, str(BENCH / name), "--quick"], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=TIMEOUT_S,
@@ -103,3 +108,4 @@ def test_benchmark_runs_quick(name: str) -> None:
     patterns = FIGURES[name]
     for pattern in (patterns,) if isinstance(patterns, str) else patterns:
         assert re.search(pattern, run.stdout), f"{name} --quick printed no {pattern!r}:\n{out[-4000:]}"
+    assert sorted(p.name for p in tmp.iterdir()) == [], f"{name} --quick left temp files behind"
