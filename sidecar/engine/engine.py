@@ -13,7 +13,7 @@ trials, ``workers`` case tasks, and three housekeeping tasks —
 - **heartbeat**: renews this process's lease every third of ``lease_seconds``;
 - **sweep**: marks ``indeterminate`` the in-flight cases of owners whose lease
   expired (a crashed peer, or this host's previous life) — never a live
-  peer's, never re-run;
+  peer's, never this process's own (however late its heartbeat), never re-run;
 - **fold**: every ``refresh_seconds``, trials this engine judged cases for
   since their last fold have their evidence folded into the verdict state kept
   with them (:mod:`sidecar.trials.fold`; a long trial less often, see :meth:`Engine.fold`),
@@ -233,7 +233,8 @@ class Engine:
         await self._store.heartbeat(self.owner, now=self.clock(), lease_s=s.lease_seconds)
         await self._seed_posture()
         await self._report_uplink()
-        self.recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered)
+        self.recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered,
+                                                           alive=self.owner)
         self.telemetry.tally.outcome("indeterminate", len(self.recovered))
         if self.recovered:
             log.warning("marked %d case(s) of a stopped process indeterminate; none is re-run", len(self.recovered))
@@ -525,7 +526,10 @@ class Engine:
 
     async def _sweep(self) -> None:
         assert self._store is not None
-        recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered)
+        # Never this process's own cases: a loop that stalled past its own lease (a loaded host,
+        # a long GC) is late, not dead, and its next heartbeat renews the lease.
+        recovered = await self._store.recover_expired(self.clock(), report=self.settings.report_recovered,
+                                                      alive=self.owner)
         self.telemetry.tally.outcome("indeterminate", len(recovered))
         if recovered:
             log.warning("marked %d case(s) of an expired peer indeterminate; none is re-run", len(recovered))

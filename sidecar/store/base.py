@@ -168,11 +168,13 @@ class CaseLedger(Protocol):
         """Create or renew ``owner``'s lease until ``now + lease_s``."""
         ...
 
-    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False, alive: str = "") -> list[str]:
         """Mark ``indeterminate`` the unfinished cases of every owner whose lease
         ended before ``now``; forget those owners. Returns the case ids. ``report``:
         write each one's ``case_result`` outbox record (:mod:`sidecar.store.reports`)
-        in the same transaction, as the post-finish hook does for a finished case."""
+        in the same transaction, as the post-finish hook does for a finished case.
+        ``alive``: the sweeping process's own owner, never recovered whatever its lease
+        says (a loop stalled past its lease is late, not dead; its next heartbeat renews it)."""
         ...
 
     async def retire(self, owner: str, now: float, *, report: bool = False) -> list[str]:

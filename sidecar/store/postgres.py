@@ -310,24 +310,25 @@ class PostgresStore(PostgresWatches, PostgresRetention):
     async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
         await self._open_pool().execute(*pg(c.HEARTBEAT, owner, now + lease_s, now))
 
-    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False, alive: str = "") -> list[str]:
         """Owners whose lease ended before ``now``, and cases whose owner has no
-        lease row at all (or none recorded), are recovered; rows another sweeper
-        or a live transaction holds are skipped."""
+        lease row at all (or none recorded), are recovered, ``alive``'s never; rows
+        another sweeper or a live transaction holds are skipped."""
 
         async def fn(conn: Conn) -> list[str]:
             gone = [
                 r["owner"]
                 for r in await conn.fetch(
-                    "SELECT owner FROM owners WHERE lease_until < $1 ORDER BY owner FOR UPDATE SKIP LOCKED", now
+                    "SELECT owner FROM owners WHERE lease_until < $1 AND owner <> $2 ORDER BY owner "
+                    "FOR UPDATE SKIP LOCKED", now, alive,
                 )
             ]
             rows = await conn.fetch(
                 "SELECT c.id, c.trial_id, c.state, c.reserved_micros, c.owner FROM cases c "
                 "WHERE c.state <> 'finished' AND (c.owner IS NULL OR c.owner = ANY($1::text[]) "
                 "OR NOT EXISTS (SELECT 1 FROM owners o WHERE o.owner = c.owner)) "
-                "ORDER BY c.trial_id, c.id FOR UPDATE OF c SKIP LOCKED",
-                gone,
+                "AND (c.owner IS NULL OR c.owner <> $2) ORDER BY c.trial_id, c.id FOR UPDATE OF c SKIP LOCKED",
+                gone, alive,
             )
             expired = set(gone)
             reasons = {

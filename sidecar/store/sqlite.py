@@ -301,9 +301,10 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
         await self._write(lambda conn: conn.execute(*sq(c.HEARTBEAT, owner, now + lease_s, now)))
 
-    async def recover_expired(self, now: float, *, report: bool = False) -> list[str]:
+    async def recover_expired(self, now: float, *, report: bool = False, alive: str = "") -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
-            gone = [r["owner"] for r in conn.execute("SELECT owner FROM owners WHERE lease_until < ?", (now,))]
+            gone = [r["owner"] for r in conn.execute("SELECT owner FROM owners WHERE lease_until < ? AND owner != ?",
+                                                     (now, alive))]
             recovered: list[str] = []
             for owner in gone:
                 recovered += _mark_indeterminate(conn, owner, now, "its owner's lease expired")
@@ -311,7 +312,8 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             # Cases of an owner with no lease row at all (written before leases existed).
             orphans = conn.execute(
                 "SELECT DISTINCT COALESCE(owner, '') AS owner FROM cases WHERE state != 'finished' "
-                "AND (owner IS NULL OR owner NOT IN (SELECT owner FROM owners))"
+                "AND (owner IS NULL OR owner NOT IN (SELECT owner FROM owners)) AND (owner IS NULL OR owner != ?)",
+                (alive,),
             ).fetchall()
             for r in orphans:
                 recovered += _mark_indeterminate(conn, r["owner"] or None, now, "its owner is gone")

@@ -80,6 +80,21 @@ async def test_heartbeat_renews_the_lease(store: Store, peer: Store) -> None:
     assert await peer.recover_expired(118.5) == ["c1"]
 
 
+async def test_a_sweep_never_recovers_its_own_owner_however_late_its_heartbeat(store: Store, peer: Store) -> None:
+    """A process whose loop stalled past its own lease (a loaded host, a long GC) sweeps before its
+    heartbeat catches up: its own cases are late, not dead. A peer still recovers them."""
+    await store.create_trial(trial("t1"))
+    await store.heartbeat("A", now=100.0, lease_s=1.0)
+    await store.heartbeat("B", now=100.0, lease_s=1.0)
+    await store.claim_case(start("a1", owner="A"))
+    await store.claim_case(start("b1", owner="B"))
+    await store.claim_case(start("g1", owner="gone"))  # an owner with no lease row: still recovered
+    assert sorted(await store.recover_expired(102.0, alive="A")) == ["b1", "g1"]
+    assert {c["id"]: c["state"] for c in await store.cases("t1")}["a1"] == "claimed"
+    assert await store.recover_expired(103.0, alive="A") == [], "nor on the next sweep"
+    assert await peer.recover_expired(103.0, alive="B") == ["a1"], "a peer's sweep recovers it"
+
+
 async def test_cases_of_an_owner_without_a_lease_count_as_expired(store: Store, peer: Store) -> None:
     await store.create_trial(trial("t1"))
     await peer.heartbeat("B", now=0.0, lease_s=FOREVER)
