@@ -6,12 +6,13 @@ import asyncio
 import dataclasses
 import random
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from sidecar.demo.fake_provider import FakeModel
-from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange
+from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness, exchange, wait_for
 
 
 def ledger_peak(db: Path, trial_id: str) -> tuple[int, int]:
@@ -94,6 +95,11 @@ async def test_cap_holds_under_200_concurrent_cases(tmp_path: Path) -> None:
         assert len(reserved) - len(called) <= outcomes["candidate_failed"]
 
 
+PROVIDER_TIMEOUT_S = 1.5
+#: How long this test's loop (the fake provider's) stalls mid-run, as a loaded machine's does.
+STALL_S = 0.6
+
+
 async def test_failures_are_counted_apart_and_unknown_cost_is_not_zero(tmp_path: Path) -> None:
     models = {
         INCUMBENT: FakeModel(),
@@ -102,9 +108,19 @@ async def test_failures_are_counted_apart_and_unknown_cost_is_not_zero(tmp_path:
         # The judge never gives a label, not even on the retry: every judgment is an error.
         JUDGE: FakeModel(judge=True, rate_no_label=1.0, rate_no_label_retry=1.0),
     }
-    async with Harness(tmp_path, models=models, workers=1, timeout_s=0.3) as h:
+    # The provider timeout: the scripted "timeout" calls wait it out; every other call (17
+    # candidate, 34+ judge, the fake provider on this test's loop) must answer within it, so
+    # it outlasts a loop stalled for a second on a loaded machine. At 0.3 s the stall below
+    # timed an ordinary call out, and the counts below were off.
+    async with Harness(tmp_path, models=models, workers=1, timeout_s=PROVIDER_TIMEOUT_S) as h:
         trial = await h.create_trial(sample_rate=1.0)
         await h.send([exchange(i) for i in range(20)])
+
+        async def past_the_faults() -> bool:
+            return h.fake.calls[CANDIDATE] >= 5
+
+        await wait_for(past_the_faults, timeout=30, what="the ordinary candidate calls under way")
+        time.sleep(STALL_S)  # the loop stalls with a call in flight; not a wait for anything
         view = await h.settle(trial["id"], 20)
     outcomes = view["funnel"]["outcomes"]
     assert outcomes["candidate_failed"] == 3
