@@ -86,10 +86,9 @@ class ForkServer:
                 break
             reply = json.loads(data)
             with self._lock:
-                if "pid" in reply:
-                    self._pids.pop(reply["id"]).set_result(reply["pid"])
-                else:
-                    self._rcs.pop(reply["id"]).set_result(reply["rc"])
+                done = self._pids.pop(reply["id"]) if "pid" in reply else self._rcs.pop(reply["id"])
+                if not done.done():  # never raise here: this thread serves every child of the test process
+                    done.set_result(reply["pid"] if "pid" in reply else reply["rc"])
         with self._lock:  # the parent is gone: nothing more will come
             for f in [*self._pids.values(), *self._rcs.values()]:
                 f.set_exception(AssertionError("the fork server ended"))
@@ -151,7 +150,10 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
     async def wait(self) -> int:
-        rc = await asyncio.wrap_future(self._rc)
+        # Shielded: a caller's bound on the wait (``asyncio.wait_for``) that passes must not cancel
+        # the exit status to come. It did: the reader thread then died setting it, and every later
+        # child of this test process (an xdist worker's) could no longer be started or reaped.
+        rc = await asyncio.shield(asyncio.wrap_future(self._rc))
         if self._transport is not None:
             self._transport.close()
         return rc
