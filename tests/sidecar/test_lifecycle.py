@@ -487,7 +487,9 @@ async def test_sigterm_drains_in_flight_cases_and_exits_zero(
 ) -> None:
     fake, servers = fake_and_servers
     fake.models[CANDIDATE] = FakeModel(quality=0.6, latency_ms=(150.0, 250.0))
-    drain = 5.0
+    # The deadline must not pass here: the drain ends when the cases in hand are done (about a
+    # second), and a loaded machine took longer than 5 s, which cut a case (indeterminate).
+    drain = 30.0
     config = write_config(tmp_path, fake.base_url, workers=8, drain=drain, isolation="process")
     db = tmp_path / "trials.db"
     sent = 60
