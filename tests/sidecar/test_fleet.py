@@ -31,7 +31,9 @@ from sidecar.demo.fake_provider import FakeModel, FakeProvider
 from sidecar.store import make_store
 from tests.harness import CANDIDATE, INCUMBENT, exchange, wait_for, write_config
 from tests.pg import PostgresServer
-from tests.sidecar.test_lifecycle import Client, ServerProcess, child_pids, fake_and_servers, start_server  # noqa: F401
+from tests.sidecar.test_lifecycle import (  # noqa: F401
+    REAP_S, Client, ServerProcess, child_pids, fake_and_servers, start_server,
+)
 from tests.sidecar.test_pipeline import ledger_peak
 
 #: The sharing sidecars' lease: a stall of a few seconds does not expire it (the heartbeat
@@ -186,7 +188,7 @@ async def test_three_sidecars_share_trials_caps_and_the_case_ledger(
         await wait_for(all_dispatched, timeout=15, what="the 16 slow candidate calls")
         victim = next(c["owner"] for c in await store.cases(wide["id"]) if c["exchange_id"] == "ex-1000")
         victim_server.signal(9)
-        await victim_server.wait(5.0)
+        await victim_server.wait(REAP_S)
         await victim_client.aclose()
 
         async def recovered() -> bool:

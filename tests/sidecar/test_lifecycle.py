@@ -41,6 +41,8 @@ LEASE_S = 1.0
 #: own timeout (30 s), which an exit that ignored the deadline would wait for, and far above
 #: the shutdown's own work on a loaded machine plus a stall of a second or two (3 s left little room).
 EXIT_AFTER_DRAIN_S = 10.0
+#: Bound on reaping a SIGKILLed child (through the fork server): a hang's bound, not a wait.
+REAP_S = 30.0
 #: Outcomes a worker writes when it finishes a case (as opposed to recovery).
 FINISHED_BY_WORKER = ("judged", "judge_failed", "candidate_failed", "cap_reached")
 
@@ -305,7 +307,7 @@ async def test_sigkill_mid_trial_marks_in_flight_cases_indeterminate_runs_the_qu
     engines = child_pids(server.proc.pid)
     assert len(engines) == 1, f"expected the engine's own process, found {engines}"
     server.signal(signal.SIGKILL)
-    assert await server.wait(5.0) == -signal.SIGKILL
+    assert await server.wait(REAP_S) == -signal.SIGKILL
 
     # The engine's process sees its pipe close and exits at once, without a drain.
     async def engine_gone() -> bool:
@@ -420,7 +422,7 @@ async def test_sigkill_with_a_retention_off_team_counts_its_queued_cases_without
     assert server.proc is not None
     engines = child_pids(server.proc.pid)
     server.signal(signal.SIGKILL)
-    await server.wait(5.0)
+    await server.wait(REAP_S)
 
     async def engine_gone() -> bool:
         return all(not Path(f"/proc/{pid}").exists() or _zombie(pid) for pid in engines)

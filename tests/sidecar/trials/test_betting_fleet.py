@@ -83,7 +83,7 @@ async def test_two_sidecars_and_a_sigkill_fold_one_stream_to_the_same_decision(
         stop.set()
         await reader
         a_server.signal(signal.SIGKILL)  # mid-run: cases in flight, folds under way
-        assert await a_server.wait(5.0) == -signal.SIGKILL
+        assert await a_server.wait(lifecycle.REAP_S) == -signal.SIGKILL
         await a.aclose()
         a_server, a = await start_server(servers, config, tmp_path)
 
