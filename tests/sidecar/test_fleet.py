@@ -146,7 +146,7 @@ async def test_three_sidecars_share_trials_caps_and_the_case_ledger(
             return all(v is not None and v["funnel"]["total"] == n and v["funnel"]["in_flight"] == 0 for v in views)
 
         try:
-            await wait_for(settled, timeout=60, what="both trials to account for every exchange")
+            await wait_for(settled, timeout=180, what="both trials to account for every exchange")  # a bound: loaded CI
         except AssertionError:
             raise AssertionError([(await clients[0].trial(t["id"]))["funnel"] for t in (wide, tight)])
         w, t = await clients[2].trial(wide["id"]), await clients[2].trial(tight["id"])
