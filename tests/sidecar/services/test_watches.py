@@ -346,10 +346,11 @@ async def test_cli_promote_watches_alerts_results_and_live(tmp_path: Path, capsy
         assert await cli(["watches", "stop", watch_id], env) == 0 and "stopped" in capsys.readouterr().out
 
 
+@ADOPTED
 async def test_a_watch_is_seen_and_promoted_only_within_its_team(tmp_path: Path) -> None:
-    async with Harness(tmp_path, models=models(), never_called=(), auth=True) as h:
+    h, trial_id = await adopted(tmp_path, never_called=(), auth=True)
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
 
         def as_(roles: tuple[str, ...], teams: tuple[str, ...]) -> dict[str, str]:
             return {"Authorization": f"Bearer {h.token(roles=roles, teams=teams)}"}
