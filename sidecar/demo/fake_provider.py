@@ -448,6 +448,20 @@ class FakeProvider:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    def draw_state(self) -> tuple[dict[str | None, int], dict[str, Any]]:
+        """What the next answers depend on: the calls per model and each model's random state.
+        A provider given it by :meth:`restore_draws` answers the next calls as this one would."""
+        return dict(self.calls), {model: rng.getstate() for model, rng in self._rngs.items()}
+
+    def restore_draws(self, state: tuple[Mapping[str | None, int], Mapping[str, Any]]) -> None:
+        """Continue from another provider's :meth:`draw_state` (e.g. a test that starts from a
+        copy of a store that provider's answers built)."""
+        calls, rngs = state
+        self.calls.clear()
+        self.calls.update(calls)
+        for model, rng_state in rngs.items():
+            self._rng(model).setstate(rng_state)
+
     def _rng(self, model: str) -> random.Random:
         rng = self._rngs.get(model)
         if rng is None:

@@ -113,6 +113,25 @@ async def test_same_seed_same_answers_different_seed_different() -> None:
     assert {s for s, _ in first} == {200, 503}
 
 
+async def test_a_provider_restored_from_draw_state_answers_as_the_original_would_next() -> None:
+    """``draw_state``/``restore_draws``: a test starting from a copy of a store the fake built goes
+    on with the same answers (indices and random draws) as one that built it itself."""
+    models = {"cand": FakeModel(quality=0.5, quality_noise=0.2, rate_503=0.3)}
+    async with FakeProvider(models, seed=7) as fp, httpx.AsyncClient() as client:
+        for _ in range(5):
+            await post(client, fp, chat_body("cand"))
+        state = fp.draw_state()
+        original = [(r.status_code, r.text) for r in [await post(client, fp, chat_body("cand")) for _ in range(10)]]
+    async with FakeProvider(models, seed=7) as fresh, httpx.AsyncClient() as client:
+        unrestored = [(r.status_code, r.text) for r in [await post(client, fresh, chat_body("cand")) for _ in range(10)]]
+    async with FakeProvider(models, seed=7) as restored, httpx.AsyncClient() as client:
+        restored.restore_draws(state)
+        assert restored.calls == {"cand": 5}
+        again = [(r.status_code, r.text) for r in [await post(client, restored, chat_body("cand")) for _ in range(10)]]
+    assert again == original and unrestored != original
+    assert restored.calls == {"cand": 15}
+
+
 @pytest.mark.parametrize("fault,status", [("429", 429), ("500", 500), ("502", 502), ("503", 503), ("504", 504)])
 async def test_scripted_status_faults_then_ok(fault: str, status: int) -> None:
     models = {"cand": FakeModel(script=[fault, "ok"], retry_after_s=3)}

@@ -161,7 +161,9 @@ async def test_a_replay_waits_for_room_and_resumes_after_a_restart(tmp_path: Pat
         trial = await replay(h)
 
         async def some_fed() -> bool:
-            return int((await h.trial(trial["id"]))["source"]["fed"]) >= 40
+            # The stored count the view's ``source.fed`` shows (a point read, not the whole view).
+            record = await h.runtime.store.get_trial(trial["id"])
+            return record is not None and record.replay_fed >= 40
 
         await wait_for(some_fed, what="a few pages fed")
     first_calls = h.fake.calls[CANDIDATE]  # after the stop: what the drain ran counts too

@@ -6,9 +6,13 @@ alert took after the new incumbent's quality dropped, and that none fired while 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import tempfile
 import time
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,47 @@ async def adoptable_trial(h: Harness, n: int = 120) -> str:
     return str(trial["id"])
 
 
+#: The xdist group of the tests that start from :func:`adopted`'s store: one worker builds it once.
+ADOPTED = pytest.mark.xdist_group("watches-adopted")
+
+
+@dataclass(frozen=True)
+class _Adopted:
+    """What :func:`adoptable_trial` left: the store's image and the fake provider's state."""
+
+    trial_id: str
+    db: bytes
+    draws: tuple[dict[str | None, int], dict[str, Any]]
+
+
+_adopted: list[_Adopted] = []  # built by the first test of this process that asks, then reused
+
+
+async def adopted(tmp_path: Path, **harness_kw: Any) -> tuple[Harness, str]:
+    """A :class:`Harness` on ``tmp_path`` whose store already holds an adopted-to-be trial.
+
+    The same as ``async with Harness(tmp_path, models=models(), ...)`` then
+    :func:`adoptable_trial`, without judging its 120 cases in every test (about a second of CPU
+    each): the first test of the process runs them (and asserts the trial Adoptable), and each
+    test starts on a copy of that store, its fake provider at the same calls and random state
+    (the draws that follow are those of a test that judged the trial itself). Enter the harness
+    with ``async with``."""
+    if not _adopted:
+        with tempfile.TemporaryDirectory() as d:
+            async with Harness(Path(d), models=models(), never_called=()) as h:
+                trial_id = await adoptable_trial(h)
+                draws = h.fake.draw_state()
+            with contextlib.closing(sqlite3.connect(Path(d) / "trials.db")) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file itself
+            db = (Path(d) / "trials.db").read_bytes()
+        _adopted.append(_Adopted(trial_id, db, draws))
+    snap = _adopted[0]
+    (tmp_path / "trials.db").write_bytes(snap.db)
+    h = Harness(tmp_path, models=models(), **harness_kw)
+    h.fake.restore_draws(snap.draws)
+    return h, snap.trial_id
+
+
 async def watch_view(h: Harness, watch_id: str) -> dict[str, Any]:
     assert h.admin
     r = await h.admin.get(f"/v1/watches/{watch_id}")
@@ -59,8 +104,10 @@ async def judged(h: Harness, watch_id: str, n: int) -> dict[str, Any]:
     return view
 
 
+@ADOPTED
 async def test_promotion_refusals_idempotent_retry_and_conflict_over_http(tmp_path: Path) -> None:
-    async with Harness(tmp_path, models=models()) as h:
+    h, trial_id = await adopted(tmp_path)
+    async with h:
         assert h.admin
         # Not adoptable: a trial with too few cases is Collecting.
         young = await h.create_trial(candidate_model=CANDIDATE, sample_rate=1.0)
@@ -71,7 +118,6 @@ async def test_promotion_refusals_idempotent_retry_and_conflict_over_http(tmp_pa
         print(f"\nnot adoptable: {r.status_code} {err}")
         await h.admin.post(f"/v1/trials/{young['id']}/stop")
 
-        trial_id = await adoptable_trial(h)
         # Corpus evidence is refused by the API itself, whatever the verdict.
         r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 1.0, "evidence": "corpus"})
         assert r.status_code == 409 and r.json()["error"]["reason"] == "corpus_evidence", r.text
@@ -119,15 +165,16 @@ async def test_promotion_refusals_idempotent_retry_and_conflict_over_http(tmp_pa
         assert r.status_code == 409 and r.json()["error"]["code"] == "watch_not_active", r.text
 
 
+@ADOPTED
 @pytest.mark.parametrize("isolation", ["thread", "process"])
 async def test_a_watch_alerts_when_the_old_model_starts_winning_and_live_shows_it_first(
     tmp_path: Path, isolation: str
 ) -> None:
     """With the engine in its own process, the watch hook is pickled into it and the day rows
     are rolled there: the same alert."""
-    async with Harness(tmp_path, models=models(), never_called=(), isolation=isolation) as h:
+    h, trial_id = await adopted(tmp_path, never_called=(), isolation=isolation)
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
         promoted_calls = h.fake.calls[CANDIDATE]
         r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 5.0, "sample_rate": 1.0})
         assert r.status_code == 201, r.text
@@ -186,10 +233,11 @@ async def test_a_watch_alerts_when_the_old_model_starts_winning_and_live_shows_i
         assert h.fake.calls[CANDIDATE] == promoted_calls
 
 
+@ADOPTED
 async def test_quality_held_steady_over_2000_judged_cases_raises_no_alert(tmp_path: Path) -> None:
-    async with Harness(tmp_path, models=models(), never_called=()) as h:
+    h, trial_id = await adopted(tmp_path, never_called=())
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
         promoted_calls = h.fake.calls[CANDIDATE]
         r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 50.0, "sample_rate": 1.0})
         assert r.status_code == 201, r.text
@@ -259,11 +307,12 @@ async def test_a_watch_never_spends_past_its_daily_cap_across_a_utc_day_boundary
         assert h.fake.calls[CANDIDATE] == promoted_calls
 
 
+@ADOPTED
 async def test_cli_promote_watches_alerts_results_and_live(tmp_path: Path, capsys: Any) -> None:
     from tests.sidecar.cli.test_cli import cli, env_for
 
-    async with Harness(tmp_path, models=models(), never_called=()) as h:
-        trial_id = await adoptable_trial(h)
+    h, trial_id = await adopted(tmp_path, never_called=())
+    async with h:
         env = env_for(h)
         assert await cli(["trials", "promote", trial_id, "--daily-cap-usd", "5", "--sample-rate", "1",
                           "--idempotency-key", "k1"], env) == 0
@@ -297,10 +346,11 @@ async def test_cli_promote_watches_alerts_results_and_live(tmp_path: Path, capsy
         assert await cli(["watches", "stop", watch_id], env) == 0 and "stopped" in capsys.readouterr().out
 
 
+@ADOPTED
 async def test_a_watch_is_seen_and_promoted_only_within_its_team(tmp_path: Path) -> None:
-    async with Harness(tmp_path, models=models(), never_called=(), auth=True) as h:
+    h, trial_id = await adopted(tmp_path, never_called=(), auth=True)
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
 
         def as_(roles: tuple[str, ...], teams: tuple[str, ...]) -> dict[str, str]:
             return {"Authorization": f"Bearer {h.token(roles=roles, teams=teams)}"}
@@ -324,10 +374,11 @@ async def test_a_watch_is_seen_and_promoted_only_within_its_team(tmp_path: Path)
         assert (await h.admin.post(f"/v1/watches/{watch_id}/stop", headers=viewer)).status_code == 403
 
 
+@ADOPTED
 async def test_an_adopted_trial_cannot_be_stopped_and_day_rows_are_not_trials(tmp_path: Path) -> None:
-    async with Harness(tmp_path, models=models(), never_called=()) as h:
+    h, trial_id = await adopted(tmp_path, never_called=())
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
         r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 1.0})
         watch = r.json()["watch"]
         r = await h.admin.post(f"/v1/trials/{trial_id}/stop")
@@ -369,6 +420,7 @@ async def test_with_the_uplink_each_alert_transition_is_one_content_free_record(
             assert {json.loads(b)["trial_id"] for _, b in kit.held()} == {trial_id}
 
 
+@ADOPTED
 async def test_a_resolved_watch_is_re_armed_and_fires_again_on_a_second_drop(tmp_path: Path) -> None:
     """Issue 23, item 5: after a resolve the detector stayed fired and the old model could win
     37-42 of the next 60 cases with no new alert. Resolving starts a new period: the view shows
@@ -377,9 +429,9 @@ async def test_a_resolved_watch_is_re_armed_and_fires_again_on_a_second_drop(tmp
     from policies.roles import Principal
     from sidecar.services.watches import WatchService
 
-    async with Harness(tmp_path, models=models(), never_called=()) as h:
+    h, trial_id = await adopted(tmp_path, never_called=())
+    async with h:
         assert h.admin
-        trial_id = await adoptable_trial(h)
         r = await h.admin.post(f"/v1/trials/{trial_id}/promote", json={"daily_cap_usd": 50.0, "sample_rate": 1.0})
         assert r.status_code == 201, r.text
         watch = r.json()["watch"]
