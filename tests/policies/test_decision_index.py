@@ -54,3 +54,27 @@ def test_path_is_fold_look_by_look_with_restarts() -> None:
             state = got.state
             assert VERDICT_CODES[codes[r, t]] == got.verdict, (r, t)
         assert state is not None and state.restarts == restarts[r]
+
+
+def test_half_width_in_place_is_the_formula_bit_for_bit() -> None:
+    """``confseq.half_width`` works in place on large arrays: the same floats as the formula."""
+    import math
+
+    from policies.confseq import half_width
+
+    def formula(n: object, variance: object, *, alpha: float, r2: float) -> object:
+        n_arr = np.asarray(n, dtype=np.float64)
+        v = np.maximum(np.asarray(variance, dtype=np.float64), 0.0)
+        g = n_arr * r2 * v + 1.0
+        return np.sqrt(2.0 * g / (n_arr * n_arr * r2) * (0.5 * np.log(g) - math.log(alpha)))
+
+    rng = np.random.default_rng(31)
+    cases: list[tuple[object, object]] = [
+        (np.arange(1, 101.0), rng.random((30, 100))), (np.arange(1, 101), rng.random((30, 100)) - 0.1),
+        (5, 0.3), (np.arange(1, 6.0), 0.2), (3, rng.random(7)), (np.arange(1, 4.0)[:, None], rng.random((3, 5))),
+    ]
+    for n, variance in cases:
+        for alpha, r2 in ((0.05, 0.003), (0.01, 1.7)):
+            got, want = half_width(n, variance, alpha=alpha, r2=r2), formula(n, variance, alpha=alpha, r2=r2)  # type: ignore[arg-type]
+            assert type(got) is type(want) and np.shape(got) == np.shape(want)
+            assert np.array_equal(got, want)
