@@ -128,16 +128,19 @@ def _accumulate_cases(first: NDArray[np.float64], steps: NDArray[np.float64]) ->
 def _mixture(log_parts: NDArray[np.float64]) -> NDArray[np.float64]:
     """log of the equal-weight mean of exp(log_parts) over the last (bets) axis."""
     # The max and the sum over the few bets one bet at a time: what ``max(axis=-1)`` and
-    # ``sum(axis=-1)`` compute (the sum in the same order, bit for bit: tests/policies/test_betting.py),
-    # without a reduction's cost per (case, grid point).
+    # ``sum(axis=-1)`` compute (the sum in the same order, bit for bit:
+    # tests/policies/test_betting_fold.py), without a reduction's cost per (case, grid point),
+    # and each bet's growth exp(part - top) made in one scratch array, not a copy of all the parts.
     bets = [log_parts[..., d] for d in range(log_parts.shape[-1])]
     top = bets[0]
     for part in bets[1:]:
         top = np.maximum(top, part)
-    grown = np.exp(log_parts - top[..., None])
-    total = grown[..., 0]
-    for d in range(1, grown.shape[-1]):
-        total = total + grown[..., d]
+    total = np.exp(bets[0] - top)
+    scratch = np.empty_like(total)
+    for part in bets[1:]:
+        np.subtract(part, top, out=scratch)
+        np.exp(scratch, out=scratch)
+        total += scratch
     out: NDArray[np.float64] = top + np.log(total) - math.log(BETS.size)
     return out
 

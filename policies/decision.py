@@ -56,17 +56,22 @@ def decide_index(
     hi = np.asarray(upper, dtype=np.float64)
     enough = np.asarray(n) >= min_cases
     above_floor = lo >= parity - tolerance
+    # The codes as int8 scalars: every intermediate array is int8, an eighth of the default ints'
+    # memory traffic (a simulation decides millions of looks at once). The same codes.
+    better, equivalent, regression, inconclusive, not_worse = (
+        np.int8(BETTER), np.int8(EQUIVALENT), np.int8(REGRESSION), np.int8(INCONCLUSIVE), np.int8(NOT_WORSE))
     code = np.where(
         lo > parity + tolerance,
-        BETTER,
+        better,
         np.where(
             hi < parity - tolerance,
-            REGRESSION,
-            np.where(above_floor & (hi <= parity + tolerance), EQUIVALENT,
-                     np.where(above_floor, NOT_WORSE, INCONCLUSIVE)),
+            regression,
+            np.where(above_floor & (hi <= parity + tolerance), equivalent,
+                     np.where(above_floor, not_worse, inconclusive)),
         ),
     )
-    return np.where(enough, code, INCONCLUSIVE).astype(np.int8)
+    out: NDArray[np.int8] = np.where(enough, code, inconclusive).astype(np.int8, copy=False)
+    return out
 
 
 def decide(

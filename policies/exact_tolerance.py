@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from functools import lru_cache
+from typing import cast
 
 #: A bound is snapped to a grid point only this close to it (float error of a mean is ~1e-13).
 SNAP = Fraction(1, 10**9)
@@ -41,6 +42,8 @@ def _decimal(x: float) -> Fraction:
 
 def exact(x: float | int | Fraction) -> Fraction:
     """``x`` as the decimal it is written as (a Fraction stays as it is)."""
+    if type(x) is float:  # the common case first: isinstance of a float against Fraction asks its ABC
+        return _decimal(x)
     if isinstance(x, Fraction):
         return x
     if isinstance(x, int):
@@ -53,7 +56,16 @@ def exact_mean(values: Iterable[float | int | Fraction]) -> Fraction | None:
     summed once (scores repeat: a pass rate is a mean of 0s and 1s)."""
     if isinstance(values, (list, tuple)) and len(values) == 1:  # one repetition: the value itself
         return exact(values[0])
-    counts = Counter(values)
+    items = values if isinstance(values, (list, tuple)) else list(values)
+    if items and all(type(v) is Fraction for v in items):
+        # Exact fractions only (per-item differences): summed per denominator, as integers. The
+        # same exact sum as below, without hashing every Fraction (Fraction's hash is slow).
+        by_denominator: dict[int, int] = {}
+        for v in cast("Sequence[Fraction]", items):
+            d = v.denominator
+            by_denominator[d] = by_denominator.get(d, 0) + v.numerator
+        return sum((Fraction(k, d) for d, k in by_denominator.items()), Fraction(0)) / len(items)
+    counts = Counter(items)
     n = sum(counts.values())
     if n == 0:
         return None
@@ -66,8 +78,9 @@ def grid_of(diffs: Sequence[Fraction]) -> int | None:
     if not diffs:
         return None
     common = 1
-    for d in diffs:
-        common = common * d.denominator // math.gcd(common, d.denominator)
+    # The lcm does not depend on order or repeats: each distinct denominator once.
+    for d in {v.denominator for v in diffs}:
+        common = common * d // math.gcd(common, d)
         if common * len(diffs) > MAX_GRID:
             return None
     return common * len(diffs)

@@ -19,6 +19,7 @@ as exact fractions while aggregating so that 1/3 computed two ways is one key.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -161,7 +162,13 @@ def aggregate(case_scores: Iterable[float] | Mapping[float, int] | ScoreCounts) 
     if isinstance(case_scores, Mapping):
         pairs: Iterable[tuple[float, int]] = case_scores.items()
     else:
-        pairs = ((v, 1) for v in case_scores)
+        # Equal values counted first (in C): the loop below then runs once per distinct value.
+        # Python's == is exact, so values counted together have the same float() and key.
+        items = case_scores if isinstance(case_scores, (list, tuple)) else list(case_scores)
+        try:
+            pairs = Counter(items).items()
+        except TypeError:  # an unhashable item: float() below refuses it as before
+            pairs = ((v, 1) for v in items)
     for value, count in pairs:
         v = float(value)
         if v != v:

@@ -176,8 +176,12 @@ def path(
     while todo.size:
         s = start[todo][:, None]
         live = n[None, :] - 1 >= s
-        run_lo = np.maximum.accumulate(np.where(live, lo2[todo], -np.inf), axis=1)
-        run_hi = np.minimum.accumulate(np.where(live, hi2[todo], np.inf), axis=1)
+        if todo.size == rows and not start.any():  # the first round: every look is live
+            run_lo = np.maximum.accumulate(lo2, axis=1)
+            run_hi = np.minimum.accumulate(hi2, axis=1)
+        else:
+            run_lo = np.maximum.accumulate(np.where(live, lo2[todo], -np.inf), axis=1)
+            run_hi = np.minimum.accumulate(np.where(live, hi2[todo], np.inf), axis=1)
         empty = run_lo > run_hi
         has_end = empty.any(axis=1)
         end = np.where(has_end, empty.argmax(axis=1), t_len)

@@ -43,7 +43,8 @@ def ab_trial(rng: np.random.Generator, trial: int, items: int, *, judge: bool, t
         scores = judge_scores(rng, items, win_rate=win_rate)
         j = corpus_interval(scores, identity=f"j{trial}", bounds=delta_bounds("paired_judge"), alpha=alpha)
         iv = None if j.interval is None else Interval(j.interval.lower / 2, j.interval.upper / 2)
-        halves = [exact(s) / 2 for s in scores]
+        half = {s: exact(s) / 2 for s in set(scores)}  # the same Fractions, one division per distinct score
+        halves = [half[s] for s in scores]
         rows.append(ABRow(iv, tolerance, "higher_is_better", delta=exact_mean(halves), paired=items,
                           grid=grid_of(halves)))
     return ab_verdict(rows, errored=False)

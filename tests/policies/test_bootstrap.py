@@ -78,3 +78,30 @@ def test_coverage_of_the_reported_interval_at_small_n() -> None:
         if n >= 50:
             assert covered / shown > 0.85
     print("".join(lines))
+
+
+def test_percentile_interval_is_numpys_linear_quantile_bit_for_bit() -> None:
+    """``percentile_interval`` computes the two quantiles itself (cheaper than ``np.quantile``
+    per evaluation): the very floats ``np.quantile``'s linear method gives, for bootstrap-like
+    means with many ties, spread, sorted and constant arrays, any size and level."""
+    rng = np.random.default_rng(29)
+    for trial in range(800):
+        n = int(rng.choice([1, 2, 3, 5, 19, 20, 100, 1_999, 2_000, 2_001]))
+        kind = trial % 4
+        if kind == 0:
+            means = rng.normal(size=n)
+        elif kind == 1:  # bootstrap means: multiples of 1 / (2 n) with ties
+            means = rng.integers(-40, 40, size=n) / (2 * int(rng.integers(20, 300)))
+        elif kind == 2:
+            means = np.sort(rng.random(n))
+        else:
+            means = np.full(n, rng.normal())
+        alpha = float(rng.choice([0.05, 0.1, 0.01, 0.5, 0.999, 1e-9, 1 / 3, rng.random()]))
+        lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+        got = percentile_interval(means, alpha)
+        assert (got.lower, got.upper) == (float(lo), float(hi)), (n, kind, alpha)
+    # Other input (integers, float32): np.quantile's own reading.
+    for other in (np.arange(5), np.linspace(-1, 1, 41, dtype=np.float32)):
+        means = np.asarray(other)
+        got = percentile_interval(means, 0.5)
+        assert (got.lower, got.upper) == tuple(float(v) for v in np.quantile(means, [0.25, 0.75]))

@@ -63,3 +63,37 @@ def test_snapping_leaves_off_grid_bounds_alone() -> None:
     assert grid_of([Fraction(1, 2), Fraction(1, 3), Fraction(0)]) == 18
     assert grid_of([Fraction(1, 7919)] * 20) is None  # finer than the float error allows: not snapped
     assert exact(0.1) + exact(0.2) == exact(0.3)
+
+
+def test_exact_mean_and_grid_of_are_the_item_by_item_readings() -> None:
+    """``exact_mean`` sums exact fractions per denominator and ``grid_of`` reads each distinct
+    denominator once (cheaper per item): the same Fractions and grids as item by item."""
+    import math
+    import random
+    from collections import Counter
+
+    def mean_item_by_item(values: list[object]) -> Fraction:
+        counts = Counter(values)
+        return sum((exact(v) * k for v, k in counts.items()), Fraction(0)) / sum(counts.values())  # type: ignore[arg-type]
+
+    def grid_item_by_item(diffs: list[Fraction]) -> int | None:
+        common = 1
+        for d in diffs:
+            common = common * d.denominator // math.gcd(common, d.denominator)
+            if common * len(diffs) > 10**5:
+                return None
+        return common * len(diffs)
+
+    rng = random.Random(29)
+    fractions = [Fraction(k, d) for d in (1, 2, 3, 4, 7, 20, 100, 999) for k in range(-3, 4)]
+    floats: list[float | Fraction] = [-1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 0.1, 0.7]
+    for _ in range(150):
+        size = rng.randint(2, 80)
+        diffs = [rng.choice(fractions) for _ in range(size)]
+        assert exact_mean(diffs) == mean_item_by_item(diffs)  # type: ignore[arg-type]
+        assert exact_mean(iter(diffs)) == mean_item_by_item(diffs)  # type: ignore[arg-type]
+        assert grid_of(diffs) == grid_item_by_item(diffs)
+        mixed: list[float | Fraction] = [rng.choice([*floats, *fractions]) for _ in range(size)]
+        assert exact_mean(mixed) == mean_item_by_item(mixed)  # type: ignore[arg-type]
+        assert exact_mean([rng.choice(floats) for _ in range(size)]) is not None
+    assert exact_mean([]) is None and exact_mean(iter([])) is None and grid_of([]) is None

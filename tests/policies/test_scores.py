@@ -50,3 +50,29 @@ def test_aggregate_array_matches_python_path() -> None:
     x = np.random.default_rng(2).choice([-1.0, -0.5, 0.0, 0.5, 1.0, 1 / 3], 5000)
     x[:3] = [-0.0, 0.1 + 0.2, 0.3]
     assert aggregate(x) == aggregate(list(x))
+
+
+def test_aggregate_of_a_sequence_is_the_item_by_item_count() -> None:
+    """Equal values are counted together before the per-value loop: the same counts as one item
+    at a time (floats, ints, noise that rounds together, a generator), and bad items still refused."""
+    import random
+    from fractions import Fraction
+
+    def item_by_item(scores: list[object]) -> ScoreCounts:
+        acc: dict[float, int] = {}
+        for value in scores:
+            key = round(float(value), 12) + 0.0  # type: ignore[arg-type]
+            acc[key] = acc.get(key, 0) + 1
+        keys = sorted(acc)
+        return ScoreCounts(tuple(keys), tuple(acc[k] for k in keys))
+
+    rng = random.Random(29)
+    pool: list[object] = [-1.0, -0.5, 0.0, -0.0, 0.5, 1.0, 1, 0, True, Fraction(1, 2), 0.1 + 0.2, 0.3, 1 / 3]
+    for _ in range(300):
+        scores = [rng.choice(pool) for _ in range(rng.randint(1, 60))]
+        as_floats: list[float] = scores  # type: ignore[assignment]  # ints, bools, Fractions too
+        assert aggregate(as_floats) == aggregate(tuple(as_floats)) == aggregate(iter(as_floats)) == item_by_item(scores)
+    with pytest.raises(TypeError):
+        aggregate([0.5, [1.0]])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        aggregate([0.5, float("nan"), float("nan")])

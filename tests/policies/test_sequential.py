@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from policies import confseq
-from policies.bootstrap import DEFAULT_RESAMPLES, bootstrap_interval, bootstrap_means, seed_from_identity
+from policies.bootstrap import (
+    DEFAULT_RESAMPLES,
+    bootstrap_interval,
+    bootstrap_means,
+    percentile_interval,
+    seed_from_identity,
+)
 from policies.decision import BETTER, EQUIVALENT, INCONCLUSIVE, NOT_WORSE, REGRESSION, decide
 from policies.scores import ScoreCounts
 from policies.verdict import VERDICT_CODES, SequenceState, evaluate
@@ -66,30 +72,38 @@ _BLOCK = 100
 _SIDE = 51
 
 
-def _bootstrap_cannot_decide(x_prefix_counts: np.ndarray, identity: str) -> bool:
-    """True when ``_fixed_bootstrap_code`` at this look is sure to read neither candidate_better
-    nor regression, known from its first resamples (False: not known, run it).
+def _early_bootstrap_code(x_prefix_counts: np.ndarray, identity: str) -> str | None:
+    """None when ``_fixed_bootstrap_code`` at this look is sure to read neither candidate_better
+    nor regression, known from its first resamples; else the code ``_fixed_bootstrap_code`` reads.
 
     It draws the very resamples the shipped bootstrap draws (the same seeded generator, the same
     multinomial: drawn in blocks, a generator yields the same rows as in one call), in blocks,
     and stops once at least 51 means are <= 0 and 51 are >= 0: then the lower percentile is <= 0
     and the upper >= 0 whatever the remaining resamples are, so the interval excludes parity on
-    neither side. The signs are exact: a mean's numerator is a sum of half-integers.
+    neither side. The signs are exact: a mean's numerator is a sum of half-integers. When it does
+    not stop, it has drawn all the shipped bootstrap's resamples, and reads the interval from them
+    (the means are exact sums of half-integers over n, so the same floats: checked below) instead
+    of drawing them again.
     """
     keep = x_prefix_counts > 0
     counts = ScoreCounts(tuple(float(v) for v in VALUES[keep]), tuple(int(c) for c in x_prefix_counts[keep]))
     n = counts.n
     p = np.asarray(counts.counts, dtype=np.float64) / n
-    twice = 2.0 * np.asarray(counts.values, dtype=np.float64)
+    values = np.asarray(counts.values, dtype=np.float64)
+    twice = 2.0 * values
     rng = seed_from_identity(identity)
     at_most = at_least = 0
+    blocks = []
     for _ in range(0, DEFAULT_RESAMPLES, _BLOCK):
-        sums = rng.multinomial(n, p, size=_BLOCK) @ twice
+        draws = rng.multinomial(n, p, size=_BLOCK)
+        blocks.append(draws)
+        sums = draws @ twice
         at_most += int((sums <= 0).sum())
         at_least += int((sums >= 0).sum())
         if at_most >= _SIDE and at_least >= _SIDE:
-            return True
-    return False
+            return None
+    iv = percentile_interval((np.concatenate(blocks) @ values) / n, 0.05)
+    return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.0, min_cases=20)
 
 
 def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
@@ -190,9 +204,8 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
         # the looks furthest from parity go first: a trial that decides mostly does so at its first.
         looks = np.nonzero(screen[t])[0]
         for i in looks[np.argsort(-np.abs(z[t, looks]), kind="stable")]:
-            if _bootstrap_cannot_decide(prefix[t, i], f"null-{t}"):
-                continue  # the shipped bootstrap reads no decision here (test below)
-            if _fixed_bootstrap_code(prefix[t, i], i + 1, f"null-{t}") in ("candidate_better", "regression"):
+            # None: the shipped bootstrap reads no decision here; else what it reads (test below).
+            if _early_bootstrap_code(prefix[t, i], f"null-{t}") in ("candidate_better", "regression"):
                 boot_wrong += 1
                 break
     boot_share = boot_wrong / BOOT_TRIALS
@@ -221,8 +234,9 @@ def test_null_trials_checked_after_every_case(null_scores: np.ndarray) -> None:
 
 
 def test_early_checked_bootstrap_is_the_shipped_bootstrap(null_scores: np.ndarray) -> None:
-    """``_bootstrap_cannot_decide`` draws the shipped bootstrap's resamples, and where it says the
-    look decides nothing the shipped ``bootstrap_interval`` decides nothing, look by look."""
+    """``_early_bootstrap_code`` draws the shipped bootstrap's resamples, where it says the look
+    decides nothing the shipped ``bootstrap_interval`` decides nothing, and elsewhere it reads
+    what the shipped one reads, look by look."""
     counts = ScoreCounts((-1.0, 0.0, 0.5, 1.0), (70, 95, 12, 133))
     whole = bootstrap_means(counts, resamples=DEFAULT_RESAMPLES, rng=seed_from_identity("blocks"))
     rng = seed_from_identity("blocks")
@@ -238,11 +252,15 @@ def test_early_checked_bootstrap_is_the_shipped_bootstrap(null_scores: np.ndarra
     skipped = decided = 0
     for t, i in looks[rng.choice(len(looks), 300, replace=False)]:
         prefix = np.bincount(codes[t, : i + 1], minlength=VALUES.size)
-        shipped = _fixed_bootstrap_code(prefix, i + 1, f"null-{t}") in ("candidate_better", "regression")
+        code = _fixed_bootstrap_code(prefix, i + 1, f"null-{t}")
+        shipped = code in ("candidate_better", "regression")
         decided += shipped
-        if _bootstrap_cannot_decide(prefix, f"null-{t}"):
+        early = _early_bootstrap_code(prefix, f"null-{t}")
+        if early is None:
             skipped += 1
             assert not shipped, (t, i)
+        else:
+            assert early == code, (t, i)
     print(f"\nearly bootstrap check, 300 screened looks: {skipped} skipped, {decided} decided by the shipped bootstrap")
     assert skipped >= 75 and decided >= 40  # both kinds of look were met
 
