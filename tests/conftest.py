@@ -32,6 +32,8 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import pytest
 import pytest_asyncio
 
+from sidecar.engine import process as engine_start
+from tests.engine_server import stop_engine_server
 from tests.pg import INSTALL_HINT, PostgresServer, find_bindir, postgres_server
 from tests.sidecar.demo.explore_kit import SharedDemo
 
@@ -41,6 +43,11 @@ from tests.sidecar.demo.explore_kit import SharedDemo
 # Bytecode is written to __pycache__ (ignored by git), as Python does by default.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# The engines' processes of the sidecars tests run in this process fork from one warm server
+# that imported the engine once (issue 29: a spawned one spent about 0.75 s of CPU importing
+# it, about 0.1 s forked). ``shadowtrial serve`` processes keep the default, ``spawn``.
+engine_start.use_start_method("forkserver")
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -68,12 +75,14 @@ async def explorable_demo() -> AsyncIterator[SharedDemo]:
 @pytest.fixture(scope="session", autouse=True)
 def _fork_server_reaped() -> Iterator[None]:
     """The session's end reaps the warm parent that ``serve`` children fork from
-    (tests/sidecar/forkserve.py), if one was started: its CPU, and its children's, is counted
-    with the last test's."""
+    (tests/sidecar/forkserve.py) and the server engines' processes fork from
+    (tests/engine_server.py), if they were started: their CPU, and their children's, is
+    counted with the last test's."""
     yield
     forkserve = sys.modules.get("tests.sidecar.forkserve")
     if forkserve is not None:
         forkserve.close_shared()
+    stop_engine_server()
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import dataclass
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any, Sequence
 
@@ -42,7 +44,38 @@ ROOM_PER_WORKER = 4
 STATUS_EVERY_S = 0.1
 
 
-def main(ctl: Connection, claims: Connection, config: Config, hooks: Sequence[FinishHook], level: int) -> None:
+class ParentStderr:
+    """The starting process's standard error, pickled for the process being started as a
+    descriptor passed along with it (multiprocessing's ``DupFd``); unpickled there as its number."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_received_fd, (reduction.DupFd(2),))
+
+
+def _received_fd(dup: Any) -> int:
+    return int(dup.detach())
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """What a process forked from the fork server takes from the sidecar's process at its start,
+    as a spawned one inherits it: its environment and standard error (multiprocessing itself
+    passes the working directory)."""
+
+    environ: dict[str, str]
+    stderr: ParentStderr | int
+
+
+def main(ctl: Connection, claims: Connection, config: Config, hooks: Sequence[FinishHook], level: int,
+         inherit: Inherited | None = None) -> None:
+    if inherit is not None:
+        os.environ.clear()
+        os.environ.update(inherit.environ)
+        fd = inherit.stderr
+        assert isinstance(fd, int)
+        if fd != 2:
+            os.dup2(fd, 2)
+            os.close(fd)
     # A terminal's Ctrl-C reaches the whole foreground group, this process too: the sidecar's
     # process stops this one in order over the control pipe (its end closing ends it too), so a
     # SIGINT here is ignored rather than raised mid-case as a KeyboardInterrupt.

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
+import sys
 from pathlib import Path
 
+import pytest
+
 from sidecar.demo.fake_provider import FakeModel
-from sidecar.engine.process import EngineProcess
+from sidecar.engine.process import EngineProcess, start_method
 from sidecar.engine.subjects import Subject
 from sidecar.store.records import CaseFinish, OutboxRecord
 from tests.harness import CANDIDATE, Harness, default_models, exchange, wait_for
@@ -104,3 +108,78 @@ async def test_when_the_engine_process_dies_the_sidecar_says_so_and_counts_what_
         outcomes = view["funnel"]["outcomes"]
         assert outcomes["judged"] == 20 and outcomes["shed_stopped"] == 30, outcomes
         assert view["funnel"]["total"] == 50
+
+
+# -- the engine's process forked from the warm server (``use_start_method("forkserver")``, which
+# tests/conftest.py sets for every in-process sidecar; ``shadowtrial serve`` keeps ``spawn``) ------
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _judgment_ids(db: Path) -> set[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return {row[0] for row in conn.execute("SELECT id FROM judgments")}
+    finally:
+        conn.close()
+
+
+async def test_engines_forked_from_the_warm_server_are_separate_and_draw_their_own_judgment_ids(tmp_path: Path) -> None:
+    """Two engines' processes forked from one server's state: each a process of its own (its
+    death is its own, see the test above), neither this one nor the server, and the judgment-id
+    generator seeded again in each (otherwise both would draw the server's next ids)."""
+    assert start_method() == "forkserver"
+    pids, ids = [], []
+    for n in range(2):
+        (tmp_path / f"s{n}").mkdir()
+        async with Harness(tmp_path / f"s{n}", isolation="process") as h:
+            engine = h.runtime.engine
+            assert isinstance(engine, EngineProcess) and engine.pid is not None
+            assert engine.pid != os.getpid() and _parent(engine.pid) not in (os.getpid(), engine.pid)
+            pids.append((engine.pid, _parent(engine.pid)))
+            trial = await h.create_trial()
+            await h.send([exchange(1)])
+            await h.settle(trial["id"], 1)
+        ids.append(_judgment_ids(tmp_path / f"s{n}" / "trials.db"))
+    (first, server), (second, server_again) = pids
+    assert first != second and server == server_again, pids  # one warm server, two children
+    assert ids[0] and ids[1] and not ids[0] & ids[1], ids
+
+
+def probe(subject: Subject, finish: CaseFinish) -> tuple[OutboxRecord, ...]:
+    """A post-finish hook that reports what the engine's process sees of its environment."""
+    print(f"engine-stderr-{finish.case_id}", file=sys.stderr, flush=True)
+    body = json.dumps({"env": os.environ.get("I32_ENGINE_PROBE"), "cwd": os.getcwd()})
+    return (OutboxRecord(record_id=f"probe:{finish.case_id}", topic="case_finished", body=body),)
+
+
+async def test_a_forked_engine_gets_the_environment_directory_and_stderr_of_its_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a spawned process would: the values at the engine's start, not the server's (which
+    may have started long before, in another test's directory and with its captured stderr)."""
+    (tmp_path / "warm").mkdir()
+    (tmp_path / "s").mkdir()
+    async with Harness(tmp_path / "warm", isolation="process"):
+        pass  # the server runs now, whatever started it first
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.setenv("I32_ENGINE_PROBE", "set-after-the-server-started")
+    monkeypatch.chdir(here)
+    log = tmp_path / "stderr.log"
+    saved = os.dup(2)
+    try:
+        with open(log, "wb") as f:
+            os.dup2(f.fileno(), 2)
+        async with Harness(tmp_path / "s", isolation="process", hooks=[probe]) as h:
+            trial = await h.create_trial()
+            await h.send([exchange(1)])
+            await h.settle(trial["id"], 1)
+            [record] = await h.runtime.store.outbox()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    assert json.loads(record.body) == {"env": "set-after-the-server-started", "cwd": str(here)}
+    assert f"engine-stderr-{record.record_id.removeprefix('probe:')}" in log.read_text()
