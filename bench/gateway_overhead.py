@@ -59,6 +59,10 @@ proxies' CPU per request moves by tenths of a millisecond between proxies on a s
   awaits), and reports it per hook call.
   What the event loop spends on the sender's socket outside those steps is not in it;
   the shim's own clock reads (about 1 µs a call) are.
+- ``--plugin-profile N`` does what ``--plugin-cpu`` does with the same steps also run under
+  cProfile (on thread CPU, so a loaded machine does not inflate it; its own overhead does,
+  several times for small functions) and prints each plugin row's top ``N`` functions by own
+  time, per hook call: where the plugin's time goes, not what it costs.
 - ``--compare-root DIR`` adds, for each plugin row, the same row running the plugin from
   another checkout (``DIR``, e.g. a worktree of the base commit), marked ``[ref]``: before and
   after measured in one run, their requests interleaved.
