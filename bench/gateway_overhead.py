@@ -119,12 +119,29 @@ callback = NullCallback()
 #: ``--plugin-cpu``: the plugin rows' callback module, timing the plugin's own work inside the proxy.
 TIMING_SHIM = '''
 """The shadowtrial plugin, its hook and its sender's background tasks timed (thread CPU)."""
-import cProfile, json, os, time
+import cProfile, gc, json, os, time
 from sidecar.integrations.litellm import proxy_handler_instance as _plugin
 
 _OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_cpu.json")
-_ns = {"hook": 0, "background": 0, "calls": 0}
+_ns = {"hook": 0, "background": 0, "calls": 0, "gc_in_hook": 0, "gc_in_hook_n": 0, "gc_all": 0, "gc_all_n": 0}
 _clock = time.thread_time_ns
+_gc = {"in_hook": False, "t0": 0}
+
+
+def _gc_timer(phase, info):
+    """The garbage collections' CPU: all of the proxy's, and those that ran inside the hook."""
+    if phase == "start":
+        _gc["t0"] = _clock()
+        return
+    spent = _clock() - _gc["t0"]
+    _ns["gc_all"] += spent
+    _ns["gc_all_n"] += 1
+    if _gc["in_hook"]:
+        _ns["gc_in_hook"] += spent
+        _ns["gc_in_hook_n"] += 1
+
+
+gc.callbacks.append(_gc_timer)
 #: ``--plugin-profile``: the same steps under cProfile too, on thread CPU, not wall time (its
 #: overhead inflates the figures above).
 _PROFILE = cProfile.Profile(time.thread_time_ns, 1e-9) if {profile} else None
@@ -186,6 +203,7 @@ if _sender is not None:  # a disabled plugin has none
 
     async def _timed_hook(kwargs, response_obj, start_time, end_time):
         t0 = _clock()
+        _gc["in_hook"] = True
         if _PROFILE is not None:
             _PROFILE.enable()
         try:
@@ -193,6 +211,7 @@ if _sender is not None:  # a disabled plugin has none
         finally:
             if _PROFILE is not None:
                 _PROFILE.disable()
+            _gc["in_hook"] = False
             _ns["hook"] += _clock() - t0
             _ns["calls"] += 1
             if _ns["calls"] % 100 == 0:
@@ -480,6 +499,10 @@ def report_plugin_cpu(proxies: list[LiteLLMProxy], profile: int = 0) -> None:
         calls = max(1, int(ns["calls"]))
         print(f"  {proxy.name:<34} calls {ns['calls']:>7}  hook {ns['hook'] / calls / 1000:7.1f} us  "
               f"background {ns['background'] / calls / 1000:6.1f} us  total {(ns['hook'] + ns['background']) / calls / 1000:7.1f} us")
+        if "gc_all" in ns:
+            print(f"    garbage collections: {ns['gc_in_hook_n']} inside the hook, {ns['gc_in_hook'] / calls / 1000:.1f} us "
+                  f"per hook call of the hook's figure; the whole proxy's {ns['gc_all_n']}, "
+                  f"{ns['gc_all'] / calls / 1000:.1f} us per hook call")
         prof = path.parent / "plugin_cpu.json.prof"
         if profile and prof.exists():
             stats = pstats.Stats(str(prof))
