@@ -59,6 +59,10 @@ proxies' CPU per request moves by tenths of a millisecond between proxies on a s
   awaits), and reports it per hook call.
   What the event loop spends on the sender's socket outside those steps is not in it;
   the shim's own clock reads (about 1 µs a call) are.
+- ``--plugin-profile N`` does what ``--plugin-cpu`` does with the same steps also run under
+  cProfile (on thread CPU, so a loaded machine does not inflate it; its own overhead does,
+  several times for small functions) and prints each plugin row's top ``N`` functions by own
+  time, per hook call: where the plugin's time goes, not what it costs.
 - ``--compare-root DIR`` adds, for each plugin row, the same row running the plugin from
   another checkout (``DIR``, e.g. a worktree of the base commit), marked ``[ref]``: before and
   after measured in one run, their requests interleaved.
@@ -70,6 +74,7 @@ import argparse
 import asyncio
 import json
 import os
+import pstats
 import shutil
 import socket
 import statistics
@@ -114,12 +119,32 @@ callback = NullCallback()
 #: ``--plugin-cpu``: the plugin rows' callback module, timing the plugin's own work inside the proxy.
 TIMING_SHIM = '''
 """The shadowtrial plugin, its hook and its sender's background tasks timed (thread CPU)."""
-import json, os, time
+import cProfile, gc, json, os, time
 from sidecar.integrations.litellm import proxy_handler_instance as _plugin
 
 _OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_cpu.json")
-_ns = {"hook": 0, "background": 0, "calls": 0}
+_ns = {"hook": 0, "background": 0, "calls": 0, "gc_in_hook": 0, "gc_in_hook_n": 0, "gc_all": 0, "gc_all_n": 0}
 _clock = time.thread_time_ns
+_gc = {"in_hook": False, "t0": 0}
+
+
+def _gc_timer(phase, info):
+    """The garbage collections' CPU: all of the proxy's, and those that ran inside the hook."""
+    if phase == "start":
+        _gc["t0"] = _clock()
+        return
+    spent = _clock() - _gc["t0"]
+    _ns["gc_all"] += spent
+    _ns["gc_all_n"] += 1
+    if _gc["in_hook"]:
+        _ns["gc_in_hook"] += spent
+        _ns["gc_in_hook_n"] += 1
+
+
+gc.callbacks.append(_gc_timer)
+#: ``--plugin-profile``: the same steps under cProfile too, on thread CPU, not wall time (its
+#: overhead inflates the figures above).
+_PROFILE = cProfile.Profile(time.thread_time_ns, 1e-9) if {profile} else None
 
 
 class _Timed:
@@ -132,6 +157,8 @@ class _Timed:
         it, value, error = self.coro.__await__(), None, None
         while True:
             t0 = _clock()
+            if _PROFILE is not None:
+                _PROFILE.enable()
             try:
                 future = it.throw(error) if error is not None else it.send(value)
             except StopIteration as stop:
@@ -140,6 +167,9 @@ class _Timed:
             except BaseException:
                 _ns["background"] += _clock() - t0
                 raise
+            finally:
+                if _PROFILE is not None:
+                    _PROFILE.disable()
             _ns["background"] += _clock() - t0
             value, error = None, None
             try:
@@ -173,15 +203,23 @@ if _sender is not None:  # a disabled plugin has none
 
     async def _timed_hook(kwargs, response_obj, start_time, end_time):
         t0 = _clock()
+        _gc["in_hook"] = True
+        if _PROFILE is not None:
+            _PROFILE.enable()
         try:
             return await _hook(kwargs, response_obj, start_time, end_time)
         finally:
+            if _PROFILE is not None:
+                _PROFILE.disable()
+            _gc["in_hook"] = False
             _ns["hook"] += _clock() - t0
             _ns["calls"] += 1
             if _ns["calls"] % 100 == 0:
                 with open(_OUT + ".tmp", "w") as f:
                     json.dump(_ns, f)
                 os.replace(_OUT + ".tmp", _OUT)
+                if _PROFILE is not None:
+                    _PROFILE.dump_stats(_OUT + ".prof")
 
     _plugin.async_log_success_event = _timed_hook
 proxy_handler_instance = _plugin
@@ -449,8 +487,9 @@ def report(figures: dict[str, Figures], order: list[str], wall: float, helpers_c
     print("mean latency ms: " + ", ".join(f"{k} {v:.2f}" for k, v in means.items()))
 
 
-def report_plugin_cpu(proxies: list[LiteLLMProxy]) -> None:
-    """``--plugin-cpu``: the plugin's own thread CPU per hook call, as the timing shim counted it."""
+def report_plugin_cpu(proxies: list[LiteLLMProxy], profile: int = 0) -> None:
+    """``--plugin-cpu``: the plugin's own thread CPU per hook call, as the timing shim counted it;
+    ``--plugin-profile N``: also the top ``N`` functions of its cProfile (by own time)."""
     print("\nplugin's own CPU inside the proxy (timing shim; per hook call, all calls since the start):")
     for proxy in proxies:
         path = proxy.config.parent / "plugin_cpu.json"
@@ -460,6 +499,18 @@ def report_plugin_cpu(proxies: list[LiteLLMProxy]) -> None:
         calls = max(1, int(ns["calls"]))
         print(f"  {proxy.name:<34} calls {ns['calls']:>7}  hook {ns['hook'] / calls / 1000:7.1f} us  "
               f"background {ns['background'] / calls / 1000:6.1f} us  total {(ns['hook'] + ns['background']) / calls / 1000:7.1f} us")
+        if "gc_all" in ns:
+            print(f"    garbage collections: {ns['gc_in_hook_n']} inside the hook, {ns['gc_in_hook'] / calls / 1000:.1f} us "
+                  f"per hook call of the hook's figure; the whole proxy's {ns['gc_all_n']}, "
+                  f"{ns['gc_all'] / calls / 1000:.1f} us per hook call")
+        prof = path.parent / "plugin_cpu.json.prof"
+        if profile and prof.exists():
+            stats = pstats.Stats(str(prof))
+            print(f"    cProfile, top {profile} by own time (us per hook call: own, cumulative; calls per hook call):")
+            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:profile]  # type: ignore[attr-defined]
+            for (file, line, func), (_cc, nc, tt, ct, _callers) in rows:
+                where = f"{Path(file).name}:{line}({func})" if line else func
+                print(f"    {tt / calls * 1e6:8.1f} {ct / calls * 1e6:8.1f} {nc / calls:6.2f}  {where}")
 
 
 def _loadavg() -> str:
@@ -518,8 +569,9 @@ async def amain(args: argparse.Namespace) -> int:
         for i, (name, (callbacks, env)) in enumerate(specs.items()):
             config = write_proxy_dir(tmp / f"proxy{i}", upstream=fake.hello, deployments=deployments,
                                      callbacks=[c for c in callbacks if c != NULL_CALLBACK])
-            if args.plugin_cpu and PLUGIN_CALLBACK in callbacks:
-                (config.parent / "shadowtrial_callback.py").write_text(TIMING_SHIM)
+            if (args.plugin_cpu or args.plugin_profile) and PLUGIN_CALLBACK in callbacks:
+                shim = TIMING_SHIM.replace("{profile}", str(bool(args.plugin_profile)))
+                (config.parent / "shadowtrial_callback.py").write_text(shim)
             if NULL_CALLBACK in callbacks:  # written here: a callback only this benchmark uses
                 (config.parent / "shadowtrial_null_callback.py").write_text(NULL_MODULE)
                 settings = json.loads(config.read_text())
@@ -542,8 +594,8 @@ async def amain(args: argparse.Namespace) -> int:
               f"concurrency {args.concurrency} per proxy{', streamed' if args.stream else ''})", flush=True)
         figures, wall, helpers, others = await measure(args, proxies, [fake, sidecar, sink])
         report(figures, list(specs), wall, helpers, others)
-        if args.plugin_cpu:
-            report_plugin_cpu(proxies)
+        if args.plugin_cpu or args.plugin_profile:
+            report_plugin_cpu(proxies, args.plugin_profile)
         print(f"sidecar: {await sidecar_report(sidecar.hello['admin_url'], trial_id)}")
         print(f"hung server: {len(hung.accepted)} connection(s) accepted, none answered")
         return 0
@@ -585,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"generator, upstream, sidecar and sink to CPU {HELPER_CPU}")
     parser.add_argument("--plugin-cpu", action="store_true", help="time the plugin's own work inside the proxy "
                         "(a timing shim around its hook and its sender's tasks)")
+    parser.add_argument("--plugin-profile", type=int, default=0, metavar="N", help="--plugin-cpu, and print "
+                        "the top N functions of a cProfile of the plugin's hook and tasks inside each plugin proxy")
     parser.add_argument("--compare-root", default="", help="also run each plugin row with the plugin imported "
                         "from this checkout (rows marked [ref]): before and after in one run")
     _quick(parser, argv, requests=5, throughput_requests=8, rounds=1, block=4, warmup=1, deadline=300.0)

@@ -61,7 +61,7 @@ import httpx
 from sidecar.integrations import litellm_prices
 from sidecar.integrations.litellm_settings import ENV_PREFIX, SettingError, read_settings
 from sidecar.integrations.sender import DROP_REASONS, STATS_HEADER, TapSender
-from sidecar.integrations.slo import CHAT_CALL_TYPES, SHADOW_HEADER, Context, Skip, has_header, to_exchange
+from sidecar.integrations.slo import CHAT_CALL_TYPES, SHADOW_HEADER, Context, Skip, to_exchange
 
 __all__ = ["DROP_REASONS", "ENV_PREFIX", "STATS_HEADER", "SettingError", "TapPlugin", "build_from_env"]
 
@@ -164,22 +164,55 @@ class TapPlugin:
 
     def exchange_from(self, kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
         """The tap exchange for one LiteLLM call, or None (counted ``skipped_<reason>``, or
-        dropped ``no_call_id`` when only the call id is missing)."""
+        dropped ``no_call_id`` when only the call id is missing).
+
+        This runs in the gateway's event loop once per call, so each part of ``kwargs`` is
+        looked up once and the :class:`Context` built once (issue 29)."""
         slo = kwargs.get("standard_logging_object")
         if not isinstance(slo, dict):
             self._counts["skipped_incomplete"] += 1
             return None
-        params = _dict(kwargs.get("litellm_params"))
-        metadata = _dict(params.get("metadata"))
-        model_info = _dict(metadata.get("model_info")) or _dict(params.get("model_info"))
-        ctx = self._context(kwargs, params, metadata, model_info)
-        disputed = ctx.cost_trusted and litellm_prices.disputed(
+        params = kwargs.get("litellm_params")
+        if not isinstance(params, dict):
+            params = _EMPTY
+        metadata = params.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = _EMPTY
+        model_info = metadata.get("model_info")
+        if not (isinstance(model_info, dict) and model_info):
+            model_info = params.get("model_info")
+            if not isinstance(model_info, dict):
+                model_info = _EMPTY
+        proxy_request = params.get("proxy_server_request")
+        if not isinstance(proxy_request, dict):
+            proxy_request = _EMPTY
+        headers = proxy_request.get("headers")
+        if not (isinstance(headers, dict) and headers):
+            headers = metadata.get("headers")
+            if not isinstance(headers, dict):
+                headers = _EMPTY
+        team = metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team
+        call_id = kwargs.get("litellm_call_id") or params.get("litellm_call_id")
+        model = metadata.get("model_group")
+        model = model if isinstance(model, str) and model else None
+        url = proxy_request.get("url")
+        cost_trusted = not _body_sets_price(proxy_request.get("body"))
+        disputed = cost_trusted and litellm_prices.disputed(
             slo, litellm_prices.known_price(model_info, slo, self._known_prices))
-        if disputed:
-            ctx = dataclasses.replace(ctx, cost_trusted=False)
-        no_call_id = not ctx.exchange_id
-        if no_call_id:  # mapped with a stand-in id only to tell a lost exchange from a skipped one
-            ctx = dataclasses.replace(ctx, exchange_id="-")
+        # A missing call id is mapped with a stand-in only to tell a lost exchange from a skipped one.
+        no_call_id = not call_id
+        ctx = Context(
+            team=str(team),
+            gateway=self.gateway,
+            exchange_id="-" if no_call_id else str(call_id),
+            model=model,
+            route=_route(url),
+            headers=headers,
+            redacted=_logging_turned_off(kwargs),
+            zero_cost_known=_declares_zero_price(model_info),
+            cost_trusted=cost_trusted and not disputed,
+            key_alias=str(metadata.get("user_api_key_alias") or ""),
+        )
         mapped = to_exchange(slo, ctx)
         if isinstance(mapped, Skip):
             self._counts[f"skipped_{mapped.reason}"] += 1
@@ -222,7 +255,7 @@ class TapPlugin:
             gateway=self.gateway,
             exchange_id=str(call_id) if call_id else "",
             model=model if isinstance(model, str) and model else None,
-            route=urlsplit(str(proxy_request.get("url") or "")).path,
+            route=_route(proxy_request.get("url")),
             headers=headers,
             redacted=_logging_turned_off(kwargs),
             zero_cost_known=_declares_zero_price(model_info),
@@ -267,8 +300,21 @@ class TapPlugin:
             self._counts["trials_read_failed"] += 1
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) else _EMPTY
+
+
+@functools.lru_cache(maxsize=64)
+def _url_path(url: str) -> str:
+    return urlsplit(url).path
+
+
+def _route(url: Any) -> str:
+    """The path of the proxy request's URL (a gateway serves few: cached)."""
+    return _url_path(url if isinstance(url, str) else str(url or ""))
 
 
 def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
@@ -287,7 +333,10 @@ def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
         return False
     headers = _dict(_dict(params.get("proxy_server_request")).get("headers")) or _dict(
         _dict(params.get("metadata")).get("headers"))
-    return not has_header(headers, (SHADOW_HEADER,))
+    for name in headers:  # has_header(headers, (SHADOW_HEADER,)), without a generator per call
+        if (name.lower() if type(name) is str else str(name).lower()) == SHADOW_HEADER:
+            return False
+    return True
 
 
 def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:

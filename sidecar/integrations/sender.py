@@ -299,9 +299,17 @@ class TapSender:
         """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``,
         unless a batch is on its way (batches carry the header too)."""
         while self._unreported():
-            await asyncio.sleep(max(0.0, self._last_post + self.stats_every_s - time.monotonic()))
-            if self._unreported() and not self._buffer and (self._flusher is None or self._flusher.done()):
-                await self._post([])
+            flusher = self._flusher
+            if flusher is not None and not flusher.done():
+                # Its batches carry the header: wait for it, not in a loop of zero sleeps (that
+                # spun through the flusher's whole flush_s wait once the last POST was old).
+                await asyncio.wait((flusher,))
+                continue
+            delay = self._last_post + self.stats_every_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            await self._post([])
 
 
 _STATS_HEADER_NAME = STATS_HEADER.encode()

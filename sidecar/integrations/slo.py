@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from policies.segments import tags_from_labels
+from policies.segments import MAX_TAG_VALUE_CHARS, tags_from_labels
 
 #: What LiteLLM puts in place of content it must not log.
 REDACTED = "redacted-by-litellm"
@@ -99,7 +99,8 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         return Skip("not_chat")
     if slo.get("status", "success") != "success":
         return Skip("failed")
-    metadata = _dict(slo.get("metadata"))
+    # The payload's metadata only for what the caller did not give (the plugin gives it all).
+    metadata = _dict(slo.get("metadata")) if ctx.headers is None or ctx.route is None or ctx.key_alias is None else _EMPTY
     headers = ctx.headers if ctx.headers is not None else _dict(metadata.get("requester_custom_headers"))
     shadow, redaction_asked = _header_flags(headers)
     if shadow:
@@ -168,7 +169,7 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         "latency_ms": (end - start) * 1000.0 if start is not None and end is not None else None,
         "redacted": redacted,
         # The request's metadata tags and the key's alias, for a trial's tag:NAME segments (issue 27).
-        "tags": exchange_tags(slo, ctx),
+        "tags": _tags(slo, ctx, metadata),
     }
 
 
@@ -180,6 +181,17 @@ def exchange_tags(slo: Mapping[str, Any], ctx: Context) -> dict[str, str]:
     alias = ctx.key_alias if ctx.key_alias is not None else metadata.get("user_api_key_alias")
     tags, _cut = tags_from_labels(labels if isinstance(labels, list) else [], alias)
     return tags
+
+
+def _tags(slo: Mapping[str, Any], ctx: Context, metadata: Mapping[str, Any]) -> dict[str, str]:
+    """:func:`exchange_tags`, given the payload's metadata when the context has no alias."""
+    labels = slo.get("request_tags")
+    alias = ctx.key_alias if ctx.key_alias is not None else metadata.get("user_api_key_alias")
+    if labels:
+        tags, _cut = tags_from_labels(labels if isinstance(labels, list) else [], alias)
+        return tags
+    # No labels (the usual call): what tags_from_labels makes of the alias alone, without the call.
+    return {"key_alias": alias[:MAX_TAG_VALUE_CHARS]} if isinstance(alias, str) and alias else {}
 
 
 def known_cost(slo: Mapping[str, Any], *, zero_is_known: bool, trusted: bool = True) -> float | None:
@@ -268,8 +280,11 @@ def _deeper_than(node: dict[str, Any] | list[Any], room: int) -> bool:
     return False
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) else _EMPTY
 
 
 def _text(value: Any) -> str | None:

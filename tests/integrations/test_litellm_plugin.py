@@ -711,3 +711,32 @@ async def test_aclose_right_after_an_offer_sends_at_once() -> None:
     async with asyncio.timeout(10):
         await tap_sender.aclose()
     assert tap_sender.counts["sent"] == 1 and tap.attempts == 1
+
+
+async def test_the_drop_reporter_waits_for_a_flush_on_its_way_without_spinning() -> None:
+    """Drops while a batch waits out its ``flush_s`` (the last POST long ago): the reporter
+    leaves the report to that batch. It used to loop on zero-second sleeps through the whole
+    wait, thousands of event-loop turns in the gateway (issue 29: a hung sidecar cost the
+    proxy more than a live one)."""
+    tap = FlakyTap()
+    tap.up = True
+    tap_sender = sender.TapSender("http://127.0.0.1:9/v1/exchanges", flush_s=0.2, stats_every_s=0.01, transport=tap)
+    checks = 0
+    unreported = tap_sender._unreported
+
+    def counting() -> bool:
+        nonlocal checks
+        checks += 1
+        return unreported()
+
+    tap_sender._unreported = counting  # type: ignore[method-assign]
+    tap_sender.offer({"exchange_id": "x-1"})  # a batch of one: its flusher waits flush_s for more
+    tap_sender.drop("error", 1)
+    flusher, reporter = tap_sender._flusher, tap_sender._reporter
+    assert flusher is not None and reporter is not None
+    async with asyncio.timeout(10):
+        await flusher
+        await reporter
+    assert tap_sender.counts["sent"] == 1 and tap.attempts == 1  # the batch carried the drop report
+    assert checks <= 5, checks
+    await tap_sender.aclose()

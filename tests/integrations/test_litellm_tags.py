@@ -32,3 +32,18 @@ def test_too_many_or_too_long_tags_are_cut_to_what_the_tap_takes(plugin: types.M
     screen.screen_batch([("$", decode_exchanges(json.dumps(ex).encode())[0])])  # accepted, not refused
     tags, cut = tags_from_labels([f"k{i}:{'v' * 300}" for i in range(40)], "alias")
     assert cut == 40 and len(tags) == MAX_TAGS - 1
+
+
+def test_a_call_without_labels_gets_the_tags_tags_from_labels_makes() -> None:
+    """The mapping skips ``tags_from_labels`` when a call has no labels (most calls; issue 29):
+    what it builds instead must be what that function makes of the alias alone."""
+    from sidecar.integrations import slo
+
+    for labels in (None, [], "", 0, ["beta"], "tier:x"):
+        for alias in (None, "", "key-a", "a" * 500, 7):
+            ctx = slo.Context(team="t", gateway="g", key_alias=alias if isinstance(alias, str) else None)
+            payload = {"request_tags": labels, "metadata": {"user_api_key_alias": alias}}
+            expected = tags_from_labels(labels if isinstance(labels, list) else [],
+                                        ctx.key_alias if ctx.key_alias is not None else alias)[0]
+            assert slo.exchange_tags(payload, ctx) == expected, (labels, alias)
+            assert slo._tags(payload, ctx, payload["metadata"]) == expected, (labels, alias)
