@@ -456,7 +456,10 @@ async def test_plugin_bad_settings_leave_the_gateway_serving(
     """Issue 21, item 10: ``TIMEOUT_S=0`` and ``BATCH=0`` used to exit the proxy at start-up with
     a message about ``batch_size``. Now the proxy starts and serves; its log holds one line
     naming both variables, and the plugin does nothing."""
-    env = {"LITELLM_SHADOWTRIAL_TAP_URL": f"{gateway.relay.root_url}/v1/exchanges",
+    # A path of its own on the shared relay: the gateway's proxies post there too (the
+    # webhook proxy's OpenTelemetry spans to /v1/traces, whenever its exporter flushes).
+    own = "/misconfigured/v1/exchanges"
+    env = {"LITELLM_SHADOWTRIAL_TAP_URL": f"{gateway.relay.root_url}{own}",
            "LITELLM_SHADOWTRIAL_TIMEOUT_S": "0", "LITELLM_SHADOWTRIAL_BATCH": "0"}
     gateway.relay.clear()
     with launch(litellm_venv, tmp_path, upstream=gateway.upstream.base_url, deployments=DEPLOYMENTS,
@@ -470,7 +473,7 @@ async def test_plugin_bad_settings_leave_the_gateway_serving(
     assert len(lines) == 1 and "shadowtrial plugin disabled" in lines[0]
     assert "LITELLM_SHADOWTRIAL_TIMEOUT_S" in lines[0] and "LITELLM_SHADOWTRIAL_BATCH " in lines[0]
     assert "batch_size" not in log and "timeout_s" not in log
-    assert not gateway.relay.deliveries()  # the disabled plugin sent nothing
+    assert not gateway.relay.deliveries(own)  # the disabled plugin sent nothing
 
 
 # --- the webhook (the generic API logger's format) ----------------------------------------
