@@ -69,8 +69,7 @@ def smalln() -> None:
     trials = 4000 // QUICK
     print("| items | plain percentile | expanded |")
     for n in (20, 30, 50):
-        plain = _vectorised_false_direction(np.random.default_rng(n), trials, n, expanded=False)
-        exp = _vectorised_false_direction(np.random.default_rng(n), trials, n, expanded=True)
+        plain, exp = _vectorised_false_direction(np.random.default_rng(n), trials, n)
         print(f"| {n} | {plain:.1%} ±{se(plain, trials):.1%} | {exp:.1%} ±{se(exp, trials):.1%} |")
 
 
