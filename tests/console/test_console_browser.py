@@ -214,15 +214,15 @@ async def test_retention_off_content_never_appears(tmp_path: Path, browser: Any)
 
             page.on("response", keep)
             tid = trial["id"]
+            # The team's page last: the page stays on it for the checks below (one load, not two).
             for path in ("/console/", "/console/live/fragment", "/console/results", "/console/trials",
                          "/console/trials/new", f"/console/trials/{tid}", f"/console/trials/{tid}/fragment",
-                         "/console/teams", "/console/teams/team-r", "/console/results?team=team-r",
-                         "/console/watches", "/console/compare"):
+                         "/console/teams", "/console/results?team=team-r",
+                         "/console/watches", "/console/compare", "/console/teams/team-r"):
                 response = await page.goto(path)
                 assert response is not None and response.status == 200, path
                 bodies.append(await response.text())
                 bodies.append(await page.content())
-            await page.goto("/console/teams/team-r")
             await expect(page.locator("#retention")).to_have_text("off")
             await page.wait_for_load_state("networkidle")
             assert bodies
