@@ -199,6 +199,25 @@ class Pages:
         self.contexts, self._lent = [], []
 
 
+async def boxes(page: Any, *selectors: str) -> list[dict[str, float] | None]:
+    """The layout boxes of the first match of each selector, read in one step in the page.
+
+    A running trial's page replaces its regions every few seconds; two ``bounding_box()``
+    calls can straddle a refresh (the first element detached, or the two from different
+    renders). One ``evaluate`` runs between two of the page's own tasks, so the boxes come
+    from one render. A selector that matches nothing gives ``None``."""
+    found: list[dict[str, float] | None] = await page.evaluate(
+        """(selectors) => selectors.map((s) => {
+            const e = document.querySelector(s);
+            if (!e) { return null; }
+            const r = e.getBoundingClientRect();
+            return {x: r.x, y: r.y, width: r.width, height: r.height};
+        })""",
+        list(selectors),
+    )
+    return found
+
+
 async def screenshot(page: Any, name: str) -> list[Path]:
     """``NAME-desktop.png`` and ``NAME-phone.png`` of the page as it is, full length.
 

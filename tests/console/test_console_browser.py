@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
-from tests.console.conftest import Pages, screenshot
+from tests.console.conftest import Pages, boxes, screenshot
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -42,8 +42,8 @@ async def test_each_screen_loads(tmp_path: Path, browser: Any) -> None:
             await page.goto("/console/")
             await expect(page.get_by_role("heading", name="Live", exact=True)).to_be_visible()
             # The alert strip sits above the tiles.
-            strip, tiles = await page.locator(".alert-strip").bounding_box(), await page.locator(".tiles").bounding_box()
-            assert strip is not None and tiles is not None and strip["y"] < tiles["y"]
+            strip, tiles = await boxes(page, ".alert-strip", ".tiles")
+            assert strip is not None and tiles is not None and strip["y"] < tiles["y"], (strip, tiles)
             await expect(page.locator("[data-tile=running]")).to_have_text("1")
             # The gateway's metered spend (from the exchanges) beside evaluation spend, never summed.
             await expect(page.locator("[data-tile=gateway-spend]")).to_have_text(re.compile(r"^\$0\.0\d+$"))

@@ -17,7 +17,7 @@ from sidecar.collector.server import CollectorServer
 from sidecar.console.chart import decision_chart, round_step
 from sidecar.console.fmt import usd
 from sidecar.console.wording import product_words
-from tests.console.conftest import Pages
+from tests.console.conftest import boxes, Pages
 from tests.console.test_console_browser import sign_in
 from tests.console.test_console_phone import control_plane  # noqa: F401 (a fixture)
 from tests.harness import CANDIDATE, INCUMBENT, AuthKit, Harness, exchange
@@ -223,8 +223,8 @@ async def test_trial_page_legend_funnel_and_paired_card(tmp_path: Path, browser:
             # Cost and latency: two figures side by side, each with its label, not four squeezed lines.
             cost, latency = page.locator("[data-figure=cost]"), page.locator("[data-figure=latency]")
             await expect(cost.locator(".figure-value")).to_have_text(re.compile(r"^\d+%$"))
-            a, b = await cost.bounding_box(), await latency.bounding_box()
-            assert a is not None and b is not None and abs(a["y"] - b["y"]) < 2 and a["x"] < b["x"], (a, b)
+            a, b, row = await boxes(page, "[data-figure=cost]", "[data-figure=latency]", ".figures")
+            assert a is not None and b is not None and abs(a["y"] - b["y"]) < 2 and a["x"] < b["x"], (a, b, row)
             pages.check_local()
         finally:
             await pages.close()

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
-from tests.console.conftest import Pages, screenshot
+from tests.console.conftest import Pages, boxes, screenshot
 from tests.console.test_console_browser import sign_in
 from tests.harness import CANDIDATE, INCUMBENT, Harness, exchange
 from tests.sidecar.services.test_watches import judged, models, served
@@ -89,8 +89,8 @@ async def test_create_decide_promote_watch_fire_ack_resolve(tmp_path: Path, brow
             await expect(strip).to_contain_text(f"watch {watch_id}")
             await expect(page.locator("[data-tile=alerts]")).to_have_text("1")
             await expect(page.locator("[data-tile=watches]")).to_have_text("1")
-            box, tiles = await strip.bounding_box(), await page.locator(".tiles").bounding_box()
-            assert box is not None and tiles is not None and box["y"] < tiles["y"]
+            box, tiles = await boxes(page, "#alert-strip", ".tiles")
+            assert box is not None and tiles is not None and box["y"] < tiles["y"], (box, tiles)
             await screenshot(page, "live-alert")
 
             # A viewer of the team sees the watch and its alert, and no button; a forged move is refused.
