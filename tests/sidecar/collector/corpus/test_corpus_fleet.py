@@ -62,16 +62,25 @@ async def test_two_collectors_share_a_group_and_a_sigkilled_one_leaves_only_its_
             victim_owner = f"runner-{victim.proc.pid}-"
 
             async def both_at_work() -> bool:
+                # The victim is frozen while its claims are read, and killed without running again:
+                # what the store shows it holding is what it holds at the kill. (Read while it ran,
+                # a starved test process could kill it after it had finished those claims and
+                # before it claimed the next: nothing in flight, nothing indeterminate.)
+                assert victim.proc is not None
+                victim.proc.send_signal(signal.SIGSTOP)
                 owners = {r["owner"] for r in await db.fetch(
                     "SELECT owner FROM comparison_attempts WHERE comparison_id=$1 AND status='claimed'", gid)}
                 done = await db.fetchval("SELECT COUNT(*) FROM comparison_attempts WHERE comparison_id=$1 "
                                          "AND status='completed'", gid)
-                return done >= 60 and len(owners) == 2 and any(o.startswith(victim_owner) for o in owners)
+                if done >= 60 and len(owners) == 2 and any(o.startswith(victim_owner) for o in owners):
+                    return True
+                victim.proc.send_signal(signal.SIGCONT)
+                return False
 
             t0 = time.monotonic()
             await wait_for(both_at_work, what="both collectors with invocations in flight, 60 done")
             t1 = time.monotonic()
-            await victim.kill(signal.SIGKILL)
+            await victim.kill(signal.SIGKILL)  # frozen since its claims were read
             at_kill = Counter(r["status"] for r in await db.fetch(
                 "SELECT status FROM comparison_attempts WHERE comparison_id=$1", gid))
             view: dict[str, Any] = {}
