@@ -190,18 +190,51 @@ def _engine_cpu(sidecar: Child) -> float:
     return (_proc_cpu(sidecar.engine_pid) or 0.0) if sidecar.engine_pid else 0.0
 
 
-async def amain(args: argparse.Namespace) -> int:
-    fake = Child(run_fake_provider)
-    sink = Child(run_otlp_sink) if args.otlp else None
-    extra = (f'[telemetry]\notlp_endpoint = "{sink.hello}"\nexport_interval_seconds = {args.export_interval}\n'
-             f"sample_ratio = {args.sample_ratio}\n" if sink is not None else "")
+def _telemetry(args: argparse.Namespace, sink: Child | None) -> str:
+    return (f'[telemetry]\notlp_endpoint = "{sink.hello}"\nexport_interval_seconds = {args.export_interval}\n'
+            f"sample_ratio = {args.sample_ratio}\n" if sink is not None else "")
+
+
+@dataclass
+class Servers:
+    fake: Child
+    sink: Child | None
+    #: ``--quick``: one sidecar for every run (each run's trial stopped after it), and its temp dir.
+    shared: Child | None = None
+    shared_tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def stop(self) -> object:
+        """Stop them all; what the OTLP sink took, if there is one."""
+        if self.shared is not None:
+            self.shared.stop()
+        if self.shared_tmp is not None:
+            self.shared_tmp.cleanup()
+        self.fake.stop()
+        return self.sink.stop() if self.sink is not None else None
+
+
+def fork_servers(args: argparse.Namespace) -> Servers:
+    """``--quick``: every server of the run, forked from this process before its event loop starts
+    (``bench/tap.py``'s ``Child``: none imports the sidecar again)."""
+    servers = Servers(Child(run_fake_provider, start="fork"), Child(run_otlp_sink, start="fork") if args.otlp else None)
+    try:
+        servers.shared_tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-")
+        servers.shared = Child(run_sidecar, servers.fake.hello, servers.shared_tmp.name, 10_000, 16,
+                               _telemetry(args, servers.sink), start="fork")
+    except BaseException:
+        servers.stop()
+        raise
+    return servers
+
+
+async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int:
+    """``servers``: those ``fork_servers`` started (``--quick``); by default a fresh sidecar per run."""
+    servers = servers or Servers(Child(run_fake_provider), Child(run_otlp_sink) if args.otlp else None)
+    fake, shared = servers.fake, servers.shared
+    extra = _telemetry(args, servers.sink)
     engine: list[float] = []
     fake_per_case: list[float] = []
-    shared_tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") if args.quick else None
-    shared = None
     try:
-        if shared_tmp is not None:  # --quick: one sidecar for every run (each run's trial stopped after it)
-            shared = Child(run_sidecar, fake.hello, shared_tmp.name, 10_000, 16, extra)
         for r in range(args.rounds):
             sampled = await one_run(fake, 1.0, args, f"{r}s", extra, shared)
             unsampled = await one_run(fake, 0.0, args, f"{r}u", extra, shared)
@@ -217,12 +250,7 @@ async def amain(args: argparse.Namespace) -> int:
                 flush=True,
             )
     finally:
-        if shared is not None:
-            shared.stop()
-        if shared_tmp is not None:
-            shared_tmp.cleanup()
-        fake.stop()
-        exported = sink.stop() if sink is not None else None
+        exported = servers.stop()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     telemetry = (f"telemetry exported over OTLP, sample ratio {args.sample_ratio} ({exported})"
                  if exported is not None else "no telemetry configured")
@@ -253,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-ratio", type=float, default=1.0, help="share of cases traced with --otlp (default 1)")
     _quick(p, argv, cases=20, warmup=5, rounds=1)
     args = p.parse_args(argv)
-    return asyncio.run(amain(args))
+    return asyncio.run(amain(args, fork_servers(args) if args.quick else None))
 
 
 if __name__ == "__main__":

@@ -162,12 +162,30 @@ async def phase(child: benchtap.Child, kind: str, rate: float, args: argparse.Na
     return (after - before) / (ok * args.per_request) * 1e6, ok * args.per_request
 
 
-async def amain(args: argparse.Namespace) -> int:
-    fake = benchtap.Child(benchtap.run_fake_provider)
+def start_servers(start: str) -> tuple[benchtap.Child, benchtap.Child, tempfile.TemporaryDirectory[str]]:
+    """The fake provider and the sidecar, and the sidecar's temp dir: spawned, or (``--quick``) forked
+    from this process before its event loop starts (``bench/tap.py``'s ``Child``)."""
+    fake = benchtap.Child(benchtap.run_fake_provider, start=start)
+    try:
+        tmp = tempfile.TemporaryDirectory()
+        try:
+            return fake, benchtap.Child(benchtap.run_sidecar, fake.hello, tmp.name, 100_000, 4, start=start), tmp
+        except BaseException:
+            tmp.cleanup()
+            raise
+    except BaseException:
+        fake.stop()
+        raise
+
+
+async def amain(
+    args: argparse.Namespace,
+    servers: tuple[benchtap.Child, benchtap.Child, tempfile.TemporaryDirectory[str]] | None = None,
+) -> int:
+    fake, child, tmp = servers or start_servers("spawn")
     rows = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            child = benchtap.Child(benchtap.run_sidecar, fake.hello, tmp, 100_000, 4)
+        with tmp:
             try:
                 admin = child.hello["admin_url"]
                 trials = [await create_trial(admin, rate) for rate in (0.0, args.sample_rate)]
@@ -200,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.requests < 2 or args.per_request < 1 or args.concurrency < 1 or not 0 <= args.sample_rate <= 1:
         p.error("need --requests >= 2, --per-request >= 1, --concurrency >= 1, 0 <= --sample-rate <= 1")
-    return asyncio.run(amain(args))
+    return asyncio.run(amain(args, start_servers("fork") if args.quick else None))
 
 
 if __name__ == "__main__":
