@@ -794,10 +794,12 @@ def pin(pid: int, cpu: int) -> None:
 
 
 async def engine_alone(fake: Child, args: argparse.Namespace, shared: Child | None = None) -> EnginePhase:
-    """``--cases`` exchanges offered at once in 100-exchange batches to a trial at rate 1.0, no
-    flood; judged/s between the 10% and 90% marks, CPU from the first offer to the last case."""
-    requests = -(-args.cases // 100)
-    lease = PhaseSidecar(fake, args, max(args.queue_size, requests * 100), shared)
+    """``--cases`` exchanges offered at once in 100-exchange batches (fewer cases, ``--quick``: one
+    batch of them all) to a trial at rate 1.0, no flood; judged/s between the 10% and 90% marks,
+    CPU from the first offer to the last case."""
+    per_request = min(100, args.cases)
+    requests = -(-args.cases // per_request)
+    lease = PhaseSidecar(fake, args, max(args.queue_size, requests * per_request), shared)
     async with lease as sc:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
             trial_id = await create_trial(session, sc.hello["admin_url"], 1.0)
@@ -809,10 +811,10 @@ async def engine_alone(fake: Child, args: argparse.Namespace, shared: Child | No
                 before = idle1.done  # 0 on a fresh sidecar; a shared one (--quick) finished cases before
                 probe.start()
                 load = await generate(
-                    session, sc.hello["tap_url"] + "/v1/exchanges", body_maker(100, "alone"),
+                    session, sc.hello["tap_url"] + "/v1/exchanges", body_maker(per_request, "alone"),
                     concurrency=args.concurrency, max_requests=requests, duration=30,
                 )
-                offered = load.requests * 100
+                offered = load.requests * per_request
                 marks: list[Sample] = []
                 deadline = time.perf_counter() + args.engine_timeout
                 while time.perf_counter() < deadline:
@@ -1226,7 +1228,7 @@ def main(argv: list[str] | None = None) -> int:
         "on a 2-core machine, the starvation ratios then show the design, not the two sides' competition for cores",
     )
     # --quick: every phase, each as short as still measures something (the suite runs it so).
-    _quick(p, argv, duration=0.2, warmup=0.05, max_requests=40, concurrency=8, cases=100, engine_timeout=30.0,
+    _quick(p, argv, duration=0.2, warmup=0.05, max_requests=20, concurrency=8, cases=30, engine_timeout=30.0,
            idle=0.05, flood_duration=0.3, poll=0.1, workers=4)
     args = p.parse_args(argv)
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
@@ -1234,8 +1236,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--phases takes a comma-separated subset of: ingest, starvation, cpu")
     if not 0.0 <= args.sample_rate <= 1.0 or args.concurrency < 1 or args.duration <= 0 or args.rounds < 1:
         p.error("need 0 <= --sample-rate <= 1, --concurrency >= 1, --duration > 0, --rounds >= 1")
-    if not 0.0 < args.flood_rate <= 1.0 or args.workers < 1 or args.queue_size < 1 or args.cases < 100 or args.poll <= 0:
-        p.error("need 0 < --flood-rate <= 1, --workers >= 1, --queue-size >= 1, --cases >= 100, --poll > 0")
+    if not 0.0 < args.flood_rate <= 1.0 or args.workers < 1 or args.queue_size < 1 or args.cases < 1 or args.poll <= 0:
+        p.error("need 0 < --flood-rate <= 1, --workers >= 1, --queue-size >= 1, --cases >= 1, --poll > 0")
     return asyncio.run(amain(args, fork_servers(args) if args.quick else None))
 
 
