@@ -215,12 +215,13 @@ class Servers:
 
 def fork_servers(args: argparse.Namespace) -> Servers:
     """``--quick``: every server of the run, forked from this process before its event loop starts
-    (``bench/tap.py``'s ``Child``: none imports the sidecar again)."""
+    (``bench/tap.py``'s ``Child``: none imports the sidecar again), and the sidecar's engine's process
+    from a warm server (``bench/_warm_engine.py``)."""
     servers = Servers(Child(run_fake_provider, start="fork"), Child(run_otlp_sink, start="fork") if args.otlp else None)
     try:
         servers.shared_tmp = tempfile.TemporaryDirectory(prefix="shadowtrial-bench-")
         servers.shared = Child(run_sidecar, servers.fake.hello, servers.shared_tmp.name, 10_000, 16,
-                               _telemetry(args, servers.sink), start="fork")
+                               _telemetry(args, servers.sink), True, start="fork")  # its engine forked too
     except BaseException:
         servers.stop()
         raise

@@ -169,7 +169,9 @@ def start_servers(start: str) -> tuple[benchtap.Child, benchtap.Child, tempfile.
     try:
         tmp = tempfile.TemporaryDirectory()
         try:
-            return fake, benchtap.Child(benchtap.run_sidecar, fake.hello, tmp.name, 100_000, 4, start=start), tmp
+            sidecar = benchtap.Child(benchtap.run_sidecar, fake.hello, tmp.name, 100_000, 4, "", start == "fork",
+                                     start=start)  # forked, its engine's process forked too (bench/_warm_engine.py)
+            return fake, sidecar, tmp
         except BaseException:
             tmp.cleanup()
             raise

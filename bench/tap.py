@@ -221,11 +221,14 @@ def run_reference(conn: Connection, max_body: int, decode: bool = False) -> None
 
 
 def run_sidecar(
-    conn: Connection, base_url: str, tmp: str, queue_size: int = 10_000, workers: int = 16, extra: str = ""
+    conn: Connection, base_url: str, tmp: str, queue_size: int = 10_000, workers: int = 16, extra: str = "",
+    warm_engine: bool = False,
 ) -> None:
     """The real sidecar; its hello names its threads (for per-thread CPU), its goodbye
     carries what it logged at WARNING and above, split into before and after the stop.
-    ``extra``: more config tables (``bench/engine_case.py --otlp`` adds ``[telemetry]``)."""
+    ``extra``: more config tables (``bench/engine_case.py --otlp`` adds ``[telemetry]``). ``warm_engine``
+    (``--quick``, in a forked child): its engine's process forked from a warm server, not spawned
+    (``bench/_warm_engine.py``)."""
     from sidecar.app import Sidecar
     from sidecar.config import load_config
     from sidecar.demo.localconfig import loopback_config
@@ -269,7 +272,16 @@ def run_sidecar(
             when[0] = "stopping"
         conn.send(logged)
 
-    asyncio.run(main())
+    if not warm_engine:
+        asyncio.run(main())
+        return
+    from _warm_engine import WarmEngineServer
+
+    server = WarmEngineServer()
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
 
 
 #: A bound on a child server's start-up (spawn, imports, store, engine process): a hang fails,
@@ -707,7 +719,7 @@ class EnginePhase:
 
 
 def _fresh_sidecar(fake: Child, tmp: str, args: argparse.Namespace, queue_size: int, start: str = "spawn") -> Child:
-    sc = Child(run_sidecar, fake.hello, tmp, queue_size, args.workers, start=start)
+    sc = Child(run_sidecar, fake.hello, tmp, queue_size, args.workers, "", start == "fork", start=start)
     if args.pin:
         pin(sc.proc.pid, TAP_CPU)
         if sc.engine_pid:
