@@ -35,7 +35,7 @@ from policies import betting, confseq  # noqa: E402
 from tests.policies._sim import simulate_case_scores  # noqa: E402
 
 QUICK = "--quick" in sys.argv[1:]
-TRIALS = 10 if QUICK else 2000
+TRIALS = 4 if QUICK else 2000
 CASES = 500 if QUICK else 5000
 FLOOR = 20
 ALPHA = 0.05

@@ -28,7 +28,7 @@ from sidecar.ingest.handoff import Handoff
 import tap as benchtap
 QUICK = "--quick" in sys.argv[1:]
 make = benchtap.body_maker(100, "m")
-bodies = [make(i) for i in range(30 if QUICK else 300)]
+bodies = [make(i) for i in range(10 if QUICK else 300)]
 ex0 = json.loads(bodies[0])[0]
 def rt_for(rate, full, journal):
     rt = SimpleNamespace()
