@@ -44,6 +44,9 @@ from uplink.delivery import BATCHES_PATH  # noqa: E402
 from uplink.schema import CaseResult, encode_batch, encode_record  # noqa: E402
 from uplink.signing import Signer, load_private_key  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _forked_cli import ForkedCommand  # noqa: E402
+
 #: Records a sampled case sends: its case_result and, on average, at most one trial_state.
 RECORDS_PER_CASE = 2
 #: ...and a control-plane trial's case its exchange too.
@@ -58,15 +61,22 @@ def record(i: int, team: str = "team-a") -> bytes:
                                     judge_version_id="jv-1"))
 
 
-async def _collector(tmp: Path, pub: Path, dsn: str) -> tuple[subprocess.Popen[bytes], str]:
+def _collector(tmp: Path, pub: Path, dsn: str, fork: bool) -> tuple[subprocess.Popen[bytes] | ForkedCommand, str]:
+    """``shadowtrial collector`` in a process of its own (``fork``, ``--quick``: forked from this one,
+    see ``bench/_forked_cli.py``) and its URL, from the line it prints once it listens."""
     cfg = tmp / "collector.toml"
     cfg.write_text(f'[collector]\nlisten = "127.0.0.1:0"\nstore_url = "{dsn}"\naudience = "bench"\n'
                    f'issuers = ["bench"]\n[[collector.keys]]\nkid = "k1"\npath = "{pub}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHADOWTRIAL_")}
-    proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli.main", "collector", "--config", str(cfg),
-                             "--log-level", "WARNING"], stdout=subprocess.PIPE, cwd=ROOT, env=env)
+    argv = ["collector", "--config", str(cfg), "--log-level", "WARNING"]
+    proc: subprocess.Popen[bytes] | ForkedCommand
+    if fork:
+        proc = ForkedCommand(argv, cwd=ROOT, env=env)
+    else:
+        proc = subprocess.Popen([sys.executable, "-m", "sidecar.cli.main", *argv], stdout=subprocess.PIPE,
+                                cwd=ROOT, env=env)
     assert proc.stdout is not None
-    line = await asyncio.to_thread(proc.stdout.readline)
+    line = proc.stdout.readline()
     if not line:
         raise SystemExit("the collector did not start")
     return proc, line.decode().split()[-1]
@@ -88,6 +98,15 @@ async def _collector_phase(url: str, signer: Signer, bodies: list[bytes], sender
         t0 = time.perf_counter()
         await asyncio.gather(*(sender(client) for _ in range(senders)))
         return time.perf_counter() - t0
+
+
+async def _collector_held(url: str, signer: Signer, bodies: list[bytes], senders: int, dsn: str) -> tuple[float, int]:
+    """The collector phase's seconds, and the records the collector then holds."""
+    took = await _collector_phase(url, signer, bodies, senders)
+    conn = await asyncpg.connect(dsn)
+    held: int = await conn.fetchval("SELECT COUNT(*) FROM collected_records")
+    await conn.close()
+    return took, held
 
 
 async def _postgres_phase(dsn: str, rows: list[list[tuple[object, ...]]], senders: int) -> float:
@@ -117,7 +136,7 @@ async def _postgres_phase(dsn: str, rows: list[list[tuple[object, ...]]], sender
     return took
 
 
-async def main(n: int, batch: int, senders: int) -> None:
+def main(n: int, batch: int, senders: int, fork: bool = False) -> None:
     if find_bindir() is None:
         raise SystemExit(INSTALL_HINT)
     with tempfile.TemporaryDirectory() as d, postgres_server() as server:
@@ -125,20 +144,18 @@ async def main(n: int, batch: int, senders: int) -> None:
         key, pub = generate_key_pair(tmp, name="bench")
         signer = Signer(load_private_key(str(key)), kid="k1", issuer="bench", audience="bench")
         collector_dsn, reference_dsn = server.create_database(), server.create_database()
-        proc, url = await _collector(tmp, pub, collector_dsn)
+        # Started before the event loop (``--quick`` forks it from this process).
+        proc, url = _collector(tmp, pub, collector_dsn, fork)
         try:
             bodies = [gzip.compress(encode_batch("bench", 1.0, [record(j) for j in range(i, min(i + batch, n))]), 5)
                       for i in range(0, n, batch)]
-            took = await _collector_phase(url, signer, bodies, senders)
-            conn = await asyncpg.connect(collector_dsn)
-            held = await conn.fetchval("SELECT COUNT(*) FROM collected_records")
-            await conn.close()
+            took, held = asyncio.run(_collector_held(url, signer, bodies, senders, collector_dsn))
         finally:
             proc.terminate()
             proc.wait(10)
         rows = [[(f"case:c{j}", "case_result", "bench", "team-a", "t1", None, None, record(j), 1.0)
                  for j in range(i, min(i + batch, n))] for i in range(0, n, batch)]
-        ref = await _postgres_phase(reference_dsn, rows, senders)
+        ref = asyncio.run(_postgres_phase(reference_dsn, rows, senders))
     assert held == n, f"the collector holds {held} of {n} records"
     rate, ref_rate = n / took, n / ref
     print(f"records: {n}, batch size {batch}, concurrent senders {senders}, cores {os.cpu_count()}")
@@ -165,4 +182,4 @@ if __name__ == "__main__":
     if "--quick" in sys.argv[1:]:  # the suite runs it so (tests/bench/); explicit flags still win
         p.set_defaults(records=600, batch_size=100, senders=2)
     a = p.parse_args()
-    asyncio.run(main(a.records, a.batch_size, a.senders))
+    main(a.records, a.batch_size, a.senders, fork=a.quick)
