@@ -51,11 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true",
-        help="100,000 cases, the direct bootstrap on 200 resamples, scaled (make test runs it so)",
+        help="20,000 cases, the direct bootstrap on 200 resamples, scaled (make test runs it so)",
     )
     args = parser.parse_args()
     rng = np.random.default_rng(1)
-    n_big = 100_000 if args.quick else 1_000_000
+    n_big = 20_000 if args.quick else 1_000_000
     big = _cases(n_big, rng)
     small = big[:1_000]
     counts_big, counts_small = aggregate(big), aggregate(small)
