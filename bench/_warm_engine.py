@@ -22,7 +22,7 @@ import socket
 import threading
 import traceback
 from multiprocessing import connection, forkserver, resource_tracker
-from typing import Any
+from typing import Any, cast
 
 from sidecar.engine import child as engine_child
 from sidecar.engine import process as engine_start
@@ -37,12 +37,12 @@ class WarmEngineServer:
     def __init__(self) -> None:
         if threading.active_count() != 1:
             raise RuntimeError("the engine's server is forked only while this process runs one thread")
-        assert engine_child.main  # imported here, so the server and every engine forked from it have it
-        self._server: Any = forkserver._forkserver
+        assert callable(engine_child.main)  # imported here, so the server and every engine forked from it have it
+        self._server: Any = cast(Any, forkserver)._forkserver  # multiprocessing's own state: no public call
         if self._server._forkserver_pid is not None:
             raise RuntimeError("this process has a fork server already")
         resource_tracker.ensure_running()  # the engine's process gets its descriptor, as from multiprocessing's
-        self.address = connection.arbitrary_address("AF_UNIX")
+        self.address: str = cast(Any, connection).arbitrary_address("AF_UNIX")
         with socket.socket(socket.AF_UNIX) as listener:
             listener.bind(self.address)
             os.chmod(self.address, 0o600)
