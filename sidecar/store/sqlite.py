@@ -88,6 +88,11 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             conn.row_factory = sqlite3.Row
             _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
+            # Statement and savepoint journals in memory: a group's writes each run in a savepoint, and
+            # every UPDATE of ``trials`` (it has triggers) in a statement journal; past 64 KiB (the trial
+            # row with its kept statistics is tens of KB) SQLite would spill them to a temporary file,
+            # created, written and deleted per write. They only ever serve a rollback, never recovery.
+            conn.execute("PRAGMA temp_store=MEMORY")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={max(1, int(self.lock_timeout_s * 1000))}")
             for number, script in enumerate(MIGRATIONS, start=1):

@@ -6,6 +6,7 @@ then gives every case of it exactly one funnel outcome."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 from sidecar.store.sqlite import SQLiteStore
+from sidecar.store.records import KeptState
 from tests.store.factories import finish, start, trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,3 +145,35 @@ async def test_writes_asked_for_while_a_group_runs_are_the_next_group_of_the_sam
     assert len(flushes) == 1
     assert traced.count("BEGIN IMMEDIATE") == 2 and traced.count("COMMIT") == 2  # two groups, two transactions
     assert {t.id for t in await store.list_trials()} == {"t1", "t2"}
+
+
+def _sqlite_temp_files() -> list[str]:
+    """The temporary files SQLite holds open in this process now (named ``etilqs_…``, deleted at once)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "etilqs_" in target:
+            out.append(target)
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads the process's open files from /proc")
+async def test_a_write_journaling_past_64_kib_opens_no_temporary_file(store: SQLiteStore) -> None:
+    """A write in a group runs in a savepoint, and an UPDATE of ``trials`` in a statement journal:
+    the pages a rewrite of a large trial row touches are journaled for a rollback that never needs
+    a file; past 64 KiB SQLite would spill them to one, created and deleted per write."""
+    await store.create_trial(trial("t1"))
+    await store.save_states("t1", sequence=KeptState("x" * 100_000, 1, None))
+
+    def rewrite(conn: sqlite3.Connection) -> list[str]:
+        # A changed record size: the whole row, its overflow pages too, is written again.
+        conn.execute("UPDATE trials SET reserved_micros = reserved_micros + 100000, "
+                     "state_revision = state_revision + 1 WHERE id = 't1'")
+        return _sqlite_temp_files()
+
+    got = await _as_one_group(store, store._write(rewrite), store.heartbeat("A", now=0.0, lease_s=5.0))
+    assert got == [[], None]
+    assert (await store.get_trial("t1")).reserved_micros == 100_000  # type: ignore[union-attr]
