@@ -60,6 +60,15 @@ JUDGE_FAULTS = ("no_label", "conflicting", "bias")
 #: The quality marker a judge reads: ``⟨q=0.55⟩`` (U+27E8/U+27E9, what generation plants) or
 #: its ASCII form ``<q=0.55>``, which is easier to type into a file of exchanges.
 MARKER_RE = re.compile(r"(?:⟨|<)q=([0-9]*\.?[0-9]+)(?:⟩|>)")
+#: MARKER_RE without its opening bracket: a literal start the regex engine scans for quickly.
+_MARKER_TAIL_RE = re.compile(r"q=([0-9]*\.?[0-9]+)(?:⟩|>)")
+
+
+def _markers(text: str) -> list[str]:
+    """``MARKER_RE.findall(text)``, several times faster on long text: the matches of the
+    tail that follow an opening bracket. The same list, since a tail match holds no opening
+    bracket (so none hides a marker) and a marker is a bracket then a tail match."""
+    return [m.group(1) for m in _MARKER_TAIL_RE.finditer(text) if m.start() and text[m.start() - 1] in "⟨<"]
 
 _FILLER = (
     "the answer considers context constraints and the likely intent then weighs each option "
@@ -199,7 +208,7 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
     markers: list[float] = []
     for message in reversed(messages):
         if message.get("role") == "user":
-            markers = [float(q) for q in MARKER_RE.findall(_text_of(message.get("content")))]
+            markers = [float(q) for q in _markers(_text_of(message.get("content")))]
             if markers:
                 break
     if any(m.get("role") == "system" and "[[rating: N]]" in _text_of(m.get("content")) for m in messages):
@@ -399,37 +408,35 @@ def anthropic_json(model: str, n: int, a: _Answer) -> str:
     )
 
 
-#: A ``\uXXXX`` escape, or an escaped backslash (consumed so its ``u`` is not misread).
-_ESCAPE_RE = re.compile(r"\\u([0-9a-f]{4})|\\\\")
+class _NotPlain(Exception):
+    """A value :func:`prompt_size` leaves to the standard encoder (a float, say)."""
+
+
+def _separator_bytes(value: Any) -> int:
+    """How many bytes ``json.dumps``'s separators (``", "`` and ``": "``) add to the compact
+    encoding of ``value``: one per item and per key; raises _NotPlain for anything but str,
+    int, bool, None, lists and dicts (floats are written differently by the two encoders)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return 0
+    if kind is list:
+        return max(len(value) - 1, 0) + sum(_separator_bytes(v) for v in value)
+    if kind is dict:
+        return 2 * len(value) - 1 + sum(_separator_bytes(v) for v in value.values()) if value else 0
+    raise _NotPlain
 
 
 def prompt_size(messages: list[dict[str, Any]]) -> int:
     """``len(json.dumps(messages, ensure_ascii=False).encode())``, the prompt's size in bytes.
 
-    Worked out from the ASCII-only encoding, which the C encoder writes several times
-    faster: the two differ only where a character from U+007F up is written as a
-    ``\\uXXXX`` escape (6 bytes) instead of as its 1-3 UTF-8 bytes. Surrogates (astral
-    characters, or lone ones that UTF-8 cannot encode) take the slow way, which is the
-    definition."""
-    text = json.dumps(messages)
-    size = len(text)
-    if "\\u" not in text:
-        return size
-    for code in _ESCAPE_RE.findall(text):
-        if not code:
-            continue
-        cp = int(code, 16)
-        if cp < 0x7F:
-            continue  # control characters are escaped alike either way
-        if cp == 0x7F:
-            size -= 5
-        elif cp < 0x800:
-            size -= 4
-        elif 0xD800 <= cp < 0xE000:
-            return len(json.dumps(messages, ensure_ascii=False).encode())
-        else:
-            size -= 3
-    return size
+    msgspec writes the same UTF-8 text for strings, ints, booleans and nulls, only without
+    the spaces after separators, so its length plus one byte per separator is the same
+    figure at a fraction of the cost. Anything else (floats, values UTF-8 cannot encode)
+    takes the slow way, which is the definition."""
+    try:
+        return len(msgspec.json.encode(messages)) + _separator_bytes(messages)
+    except (_NotPlain, msgspec.EncodeError, UnicodeEncodeError, TypeError, RecursionError):
+        return len(json.dumps(messages, ensure_ascii=False).encode())
 
 
 def _loads(raw: bytes) -> Any:

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from sidecar.demo import fake_provider
-from sidecar.demo.fake_provider import FakeModel, FakeProvider
+from sidecar.demo.fake_provider import MARKER_RE, FakeModel, FakeProvider
 
 GOLDEN = Path(__file__).with_name("fake_provider_golden.json")
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
@@ -262,8 +262,12 @@ def test_prompt_size_is_the_utf8_length_of_the_unescaped_json() -> None:
     for _ in range(5000):
         messages: list[dict[str, Any]] = [{"role": random_text(rng), "content": random_text(rng)}
                                           for _ in range(rng.randrange(1, 4))]
-        if rng.random() < 0.2:
-            messages[0]["extra"] = [rng.random(), 10**30, None, True, {random_text(rng): random_text(rng)}]
+        if rng.random() < 0.3:  # nested values; a float is left to the standard encoder
+            messages[0]["extra"] = rng.choice([
+                [rng.random(), 10**30, None, True, {random_text(rng): random_text(rng)}],
+                [-(10**30), None, False, {random_text(rng): [random_text(rng), {}, []]}, [[]], {"k": {}}],
+                {}, [], [{"type": "text", "text": random_text(rng)}, {"type": "image", "url": {"u": random_text(rng)}}],
+            ])
         try:
             want: int | str = len(json.dumps(messages, ensure_ascii=False).encode())
         except UnicodeEncodeError:
@@ -275,6 +279,14 @@ def test_prompt_size_is_the_utf8_length_of_the_unescaped_json() -> None:
         assert got == want, messages
     with pytest.raises(UnicodeEncodeError):  # a lone surrogate: as the definition does
         fake_provider.prompt_size([{"content": "\ud800"}])
+
+
+def test_the_marker_scan_finds_what_marker_re_finds() -> None:
+    rng = random.Random(7)
+    pieces = ["⟨", "<", "q=", "q", "=", "0", "7", ".", "..", "⟩", ">", " ", "x", "⟨q=0.5⟩", "<q=.25>", "<<q=1>>"]
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 30)))
+        assert fake_provider._markers(text) == MARKER_RE.findall(text), text
 
 
 @pytest.mark.parametrize("raw", [
