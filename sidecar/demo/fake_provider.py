@@ -417,13 +417,20 @@ def _separator_bytes(value: Any) -> int:
     encoding of ``value``: one per item and per key; raises _NotPlain for anything but str,
     int, bool, None, lists and dicts (floats are written differently by the two encoders)."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return 0
-    if kind is list:
-        return max(len(value) - 1, 0) + sum(_separator_bytes(v) for v in value)
     if kind is dict:
-        return 2 * len(value) - 1 + sum(_separator_bytes(v) for v in value.values()) if value else 0
-    raise _NotPlain
+        total, items = 2 * len(value) - 1, value.values()
+    elif kind is list:
+        total, items = len(value) - 1, value
+    elif kind is str or kind is int or kind is bool or value is None:
+        return 0
+    else:
+        raise _NotPlain
+    if not value:
+        return 0
+    for item in items:
+        if type(item) is not str:  # most values are: no call for them
+            total += _separator_bytes(item)
+    return total
 
 
 def prompt_size(messages: list[dict[str, Any]]) -> int:
