@@ -41,6 +41,7 @@ an event that is not JSON. Messages-API (Anthropic) calls never stream.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -48,8 +49,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any, Literal, NamedTuple
 
+import msgspec
 from aiohttp import web
 
 TRANSPORT_FAULTS = ("ok", "429", "500", "502", "503", "504", "timeout", "reset", "malformed")
@@ -57,12 +60,22 @@ JUDGE_FAULTS = ("no_label", "conflicting", "bias")
 #: The quality marker a judge reads: ``⟨q=0.55⟩`` (U+27E8/U+27E9, what generation plants) or
 #: its ASCII form ``<q=0.55>``, which is easier to type into a file of exchanges.
 MARKER_RE = re.compile(r"(?:⟨|<)q=([0-9]*\.?[0-9]+)(?:⟩|>)")
+#: MARKER_RE without its opening bracket: a literal start the regex engine scans for quickly.
+_MARKER_TAIL_RE = re.compile(r"q=([0-9]*\.?[0-9]+)(?:⟩|>)")
+
+
+def _markers(text: str) -> list[str]:
+    """``MARKER_RE.findall(text)``, several times faster on long text: the matches of the
+    tail that follow an opening bracket. The same list, since a tail match holds no opening
+    bracket (so none hides a marker) and a marker is a bracket then a tail match."""
+    return [m.group(1) for m in _MARKER_TAIL_RE.finditer(text) if m.start() and text[m.start() - 1] in "⟨<"]
 
 _FILLER = (
     "the answer considers context constraints and the likely intent then weighs each option "
     "against the evidence before settling on a recommendation with caveats where needed"
 ).split()
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_ANSWERED = frozenset(("ok", *JUDGE_FAULTS))
 
 Shape = Literal["openai", "anthropic"]
 
@@ -151,7 +164,10 @@ class FakeModel:
     def draw_fault(self, rng: random.Random) -> str:
         """One call's transport fault from the rates (``"ok"`` most of the time)."""
         u = rng.random()
-        for fault, rate in self._fault_rates().items():
+        # The order of _fault_rates, without building its dict on every call.
+        for fault, rate in (("429", self.rate_429), ("500", self.rate_500), ("503", self.rate_503),
+                            ("timeout", self.rate_timeout), ("reset", self.rate_reset),
+                            ("malformed", self.rate_malformed)):
             if u < rate:
                 return fault
             u -= rate
@@ -192,7 +208,7 @@ def judge_reply(spec: FakeModel, rng: random.Random, messages: list[dict[str, An
     markers: list[float] = []
     for message in reversed(messages):
         if message.get("role") == "user":
-            markers = [float(q) for q in MARKER_RE.findall(_text_of(message.get("content")))]
+            markers = [float(q) for q in _markers(_text_of(message.get("content")))]
             if markers:
                 break
     if any(m.get("role") == "system" and "[[rating: N]]" in _text_of(m.get("content")) for m in messages):
@@ -237,8 +253,13 @@ def generation_text(
     """A generation answer of ``model``: its planted quality marker, then filler words."""
     q = min(1.0, max(0.0, rng.gauss(planted_quality(spec, messages or []), spec.quality_noise)))
     n = rng.randint(*spec.filler_words)
-    filler = " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
-    return f"Answer from {model} {marker(q)} {filler}".rstrip()
+    return f"Answer from {model} {marker(q)} {_filler(n)}".rstrip()
+
+
+@functools.lru_cache(maxsize=4096)
+def _filler(n: int) -> str:
+    """The ``n`` filler words of an answer (a function of ``n`` alone, so built once per ``n``)."""
+    return " ".join(_FILLER[(i * 7 + n) % len(_FILLER)] for i in range(n))
 
 
 def marker(quality: float) -> str:
@@ -301,17 +322,37 @@ def _tool_arguments(a: _Answer) -> str:
     return json.dumps(a.tool[1], separators=(",", ":"))
 
 
-def _openai_body(model: str, n: int, a: _Answer, spec: FakeModel) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": a.text}
+# The plain answers are written straight as JSON text, exactly as ``json.dumps`` of the
+# equivalent dict would write them (its default separators, ASCII-only): a call is a few
+# string joins instead of building nested dicts and walking them in the encoder.
+
+
+def _js(value: Any) -> str:
+    """``json.dumps(value)``, quicker for the str and int a body is mostly made of."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is int:
+        return int.__repr__(value)
+    return json.dumps(value)
+
+
+def _openai_usage_json(a: _Answer) -> str:
+    return (f'{{"prompt_tokens": {_js(a.input_tokens)}, "completion_tokens": {_js(a.output_tokens)}, '
+            f'"total_tokens": {_js(_total(a.input_tokens, a.output_tokens))}}}')
+
+
+def openai_json(model: str, n: int, a: _Answer, spec: FakeModel) -> str:
+    """The body of a plain chat-completions answer, as JSON text."""
+    tool_calls = ""
     if a.tool:
-        message["tool_calls"] = [
-            {"id": f"call_{n}", "type": "function", "function": {"name": a.tool[0], "arguments": _tool_arguments(a)}}
-        ]
-    return {
-        "id": _openai_id(spec, n), "object": "chat.completion", "created": 0, "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": a.finish_reason}],
-        "usage": _openai_usage(a),
-    }
+        tool_calls = (f', "tool_calls": [{{"id": "call_{n}", "type": "function", "function": '
+                      f'{{"name": {_js(a.tool[0])}, "arguments": {_js(_tool_arguments(a))}}}}}]')
+    return (
+        f'{{"id": {_js(_openai_id(spec, n))}, "object": "chat.completion", "created": 0, "model": {_js(model)}, '
+        f'"choices": [{{"index": 0, "message": {{"role": "assistant", "content": {_js(a.text)}{tool_calls}}}, '
+        f'"finish_reason": {_js(a.finish_reason)}}}], "usage": {_openai_usage_json(a)}}}'
+    )
 
 
 def _text_pieces(text: str) -> list[str]:
@@ -353,15 +394,65 @@ def _total(a: Any, b: Any) -> Any:
         return None
 
 
-def _anthropic_body(model: str, n: int, a: _Answer) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": a.text}]
+def anthropic_json(model: str, n: int, a: _Answer) -> str:
+    """The body of a Messages-API answer, as JSON text."""
+    tool_use = ""
     if a.tool:
-        content.append({"type": "tool_use", "id": f"toolu_{n}", "name": a.tool[0], "input": a.tool[1]})
-    return {
-        "id": f"msg_fake_{n}", "type": "message", "role": "assistant", "model": model, "content": content,
-        "stop_reason": _STOP_REASONS[a.finish_reason], "stop_sequence": None,
-        "usage": {"input_tokens": a.input_tokens, "output_tokens": a.output_tokens},
-    }
+        tool_use = (f', {{"type": "tool_use", "id": "toolu_{n}", "name": {_js(a.tool[0])}, '
+                    f'"input": {json.dumps(a.tool[1])}}}')
+    return (
+        f'{{"id": "msg_fake_{n}", "type": "message", "role": "assistant", "model": {_js(model)}, '
+        f'"content": [{{"type": "text", "text": {_js(a.text)}}}{tool_use}], '
+        f'"stop_reason": {_js(_STOP_REASONS[a.finish_reason])}, "stop_sequence": null, '
+        f'"usage": {{"input_tokens": {_js(a.input_tokens)}, "output_tokens": {_js(a.output_tokens)}}}}}'
+    )
+
+
+class _NotPlain(Exception):
+    """A value :func:`prompt_size` leaves to the standard encoder (a float, say)."""
+
+
+def _separator_bytes(value: Any) -> int:
+    """How many bytes ``json.dumps``'s separators (``", "`` and ``": "``) add to the compact
+    encoding of ``value``: one per item and per key; raises _NotPlain for anything but str,
+    int, bool, None, lists and dicts (floats are written differently by the two encoders)."""
+    kind = type(value)
+    if kind is dict:
+        total, items = 2 * len(value) - 1, value.values()
+    elif kind is list:
+        total, items = len(value) - 1, value
+    elif kind is str or kind is int or kind is bool or value is None:
+        return 0
+    else:
+        raise _NotPlain
+    if not value:
+        return 0
+    for item in items:
+        if type(item) is not str:  # most values are: no call for them
+            total += _separator_bytes(item)
+    return total
+
+
+def prompt_size(messages: list[dict[str, Any]]) -> int:
+    """``len(json.dumps(messages, ensure_ascii=False).encode())``, the prompt's size in bytes.
+
+    msgspec writes the same UTF-8 text for strings, ints, booleans and nulls, only without
+    the spaces after separators, so its length plus one byte per separator is the same
+    figure at a fraction of the cost. Anything else (floats, values UTF-8 cannot encode)
+    takes the slow way, which is the definition."""
+    try:
+        return len(msgspec.json.encode(messages)) + _separator_bytes(messages)
+    except (_NotPlain, msgspec.EncodeError, UnicodeEncodeError, TypeError, RecursionError):
+        return len(json.dumps(messages, ensure_ascii=False).encode())
+
+
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``: msgspec's decoder where it accepts the body (it then gives the same
+    value), the standard one otherwise (NaN, 1e400, lone surrogates, other encodings, errors)."""
+    try:
+        return msgspec.json.decode(raw)
+    except Exception:
+        return json.loads(raw)
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -486,7 +577,7 @@ class FakeProvider:
 
     async def _serve(self, request: web.Request, shape: Shape) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
+            body = _loads(await request.read())
         except ValueError:
             return _error(400, "body is not JSON")
         model = body.get("model") if isinstance(body, dict) else None
@@ -507,11 +598,11 @@ class FakeProvider:
         fault = spec.script[index] if index < len(spec.script) else spec.draw_fault(rng)
         delay = rng.uniform(*spec.latency_ms) / 1000.0
         answer = None
-        if fault in ("ok", *JUDGE_FAULTS):
+        if fault in _ANSWERED:
             messages = list(body["messages"])
             if shape == "anthropic" and body.get("system"):
                 messages.insert(0, {"role": "system", "content": body["system"]})
-            prompt_bytes = len(json.dumps(messages, ensure_ascii=False).encode())
+            prompt_bytes = prompt_size(messages)
             forced = fault if fault in JUDGE_FAULTS else None
             answer = make_answer(model, spec, rng, messages, body, forced, prompt_bytes)
         if delay > 0:
@@ -546,9 +637,10 @@ class FakeProvider:
                 include_usage = isinstance(options, dict) and options.get("include_usage") is True
                 events = [json.dumps(c) for c in openai_chunks(model, index, answer, spec, include_usage=include_usage)]
                 return await self._stream(request, [*events, "[DONE]"])
+            # As web.json_response would send the body's dict, without building it.
             if shape == "anthropic":
-                return web.json_response(_anthropic_body(model, index, answer))
-            return web.json_response(_openai_body(model, index, answer, spec))
+                return web.Response(text=anthropic_json(model, index, answer), content_type="application/json")
+            return web.Response(text=openai_json(model, index, answer, spec), content_type="application/json")
         if fault == "429":
             retry_after = spec.retry_after_s
             value = str(int(retry_after)) if float(retry_after).is_integer() else f"{retry_after:g}"
