@@ -28,8 +28,8 @@ def new_local_module(tmp_path: Path) -> object:
 
 
 def test_fuzz_examples_do_not_depend_on_imported_modules(request: pytest.FixtureRequest) -> None:
-    tap_before = [r.build(0) for r in test_tap_fuzz.generate(20, 0)]
-    admin_before = test_admin_fuzz.generate(40)
+    tap_before = [r.build(0) for r in test_tap_fuzz.generate(8, 0)]
+    admin_before = test_admin_fuzz.generate(20)
     request.getfixturevalue("new_local_module")
-    assert [r.build(0) for r in test_tap_fuzz.generate(20, 0)] == tap_before
-    assert test_admin_fuzz.generate(40) == admin_before
+    assert [r.build(0) for r in test_tap_fuzz.generate(8, 0)] == tap_before
+    assert test_admin_fuzz.generate(20) == admin_before
