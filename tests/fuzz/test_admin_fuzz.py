@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from sidecar.config import MAX_TOKENS
-from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes
+from tests.fuzz.hostile import BAD_TEXT, peak_rss, reset_peak, rss_bytes, without_source_constants
 from sidecar.trials.create import MAX_CAP_USD, MAX_CASES, MIN_CAP_USD, MIN_TOLERANCE, STATUSES, JudgeIn, TrialCreate
 from tests.fuzz.wire import AsyncClient
 from tests.harness import CANDIDATE, INCUMBENT, JUDGE, Harness
@@ -394,7 +394,8 @@ def generate(n: int) -> list[Req]:
     def collect(req: Req) -> None:
         out.append(req)
 
-    collect()
+    with without_source_constants():  # the same examples whatever the process imported before
+        collect()
     return out
 
 
