@@ -106,15 +106,30 @@ def _early_bootstrap_code(x_prefix_counts: np.ndarray, identity: str) -> str | N
     return decide((1 + iv.lower) / 2, (1 + iv.upper) / 2, n=n, parity=0.5, tolerance=0.0, min_cases=20)
 
 
-def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
-    """The rule before issue 7: plug-in normal mixture, no intersection, better checked first."""
+def _plug_in_masks(x: np.ndarray, *, expected_cases: int, min_cases: int) -> tuple[np.ndarray, np.ndarray]:
+    """(better, regression) after every case under the rule before issue 7: plug-in normal
+    mixture, no intersection, better checked first."""
     lo, hi = confseq.running_bounds(x, expected_cases=expected_cases)
     wlo, whi = (1 + np.maximum(-1.0, lo)) / 2, (1 + np.minimum(1.0, hi)) / 2
     enough = np.arange(1, x.shape[-1] + 1) >= min_cases
     better = enough & (wlo > 0.5)
     equivalent = (wlo >= 0.45) & (whi <= 0.55)
     regression = enough & ~better & ~equivalent & (whi < 0.5)
+    return better, regression
+
+
+def _plug_in_codes(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
+    """The verdict codes of :func:`_plug_in_masks` (INCONCLUSIVE where neither)."""
+    better, regression = _plug_in_masks(x, expected_cases=expected_cases, min_cases=min_cases)
     return np.where(better, BETTER, np.where(regression, REGRESSION, INCONCLUSIVE))
+
+
+def _plug_in_decides(x: np.ndarray, *, expected_cases: int, min_cases: int) -> np.ndarray:
+    """Where :func:`_plug_in_codes` is not INCONCLUSIVE, without building the code array (two
+    passes of 8-byte codes over every simulated look)."""
+    better, regression = _plug_in_masks(x, expected_cases=expected_cases, min_cases=min_cases)
+    decides: np.ndarray = better | regression
+    return decides
 
 
 def test_simulated_verdicts_match_evaluate(null_scores: np.ndarray) -> None:
@@ -154,9 +169,9 @@ def test_null_false_decisions_at_every_accepted_setting(settings: tuple[int, int
     better, regression = sequence_verdicts(x, expected_cases=expected, min_cases=min_cases)
     wrong = (better | regression).any(axis=1)
     by = {h: (better[:, :h] | regression[:, :h]).any(axis=1).mean() for h in (100, 2_000, HORIZON)}
-    old = _plug_in_codes(x, expected_cases=expected, min_cases=min_cases)
-    old_wrong = (old != INCONCLUSIVE).any(axis=1)
-    old_first = first_true(old != INCONCLUSIVE)
+    old = _plug_in_decides(x, expected_cases=expected, min_cases=min_cases)
+    old_wrong = old.any(axis=1)
+    old_first = first_true(old)
     print(
         f"\nnull, expected_cases={expected}, min_cases={min_cases}, ties {ties:.0%}, {TRIALS} trials x {HORIZON} cases:"
         f" empirical-Bernstein CS {wrong.mean():.1%} ever decide"
@@ -324,3 +339,13 @@ def test_one_more_loss_does_not_undecide() -> None:
 
     stored = SequenceState.from_dict(json.loads(json.dumps(ev.sequence_state.to_dict())))
     assert evaluate({-1.0: 85, 0.0: 95, 1.0: 136}, identity="x", prior=stored) == kept
+
+
+def test_plug_in_decides_where_the_old_codes_decide() -> None:
+    """The null runs' contrast reads the old rule's decisions as a mask: the same looks as its codes."""
+    x = simulate_case_scores(np.random.default_rng(5), 200, 600, win_rate=0.5)
+    for expected, min_cases in (DEFAULTS, SMALLEST, (50, 5)):
+        codes = _plug_in_codes(x, expected_cases=expected, min_cases=min_cases)
+        decides = _plug_in_decides(x, expected_cases=expected, min_cases=min_cases)
+        assert np.array_equal(decides, codes != INCONCLUSIVE)
+        assert decides.any()  # some looks decide: the comparison is not of two empty masks
