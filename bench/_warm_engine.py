@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import socket
+import tempfile
 import threading
 import traceback
 from multiprocessing import connection, forkserver, resource_tracker
@@ -27,6 +28,8 @@ from typing import Any, cast
 from sidecar.engine import child as engine_child
 from sidecar.engine import process as engine_start
 
+#: The longest path an AF_UNIX socket's address holds on Linux (108 bytes with its terminating NUL).
+SUN_PATH_MAX = 107
 #: How long a stopped sidecar's engine's process may keep the server alive.
 DEADLINE_S = 30.0
 
@@ -43,6 +46,13 @@ class WarmEngineServer:
             raise RuntimeError("this process has a fork server already")
         resource_tracker.ensure_running()  # the engine's process gets its descriptor, as from multiprocessing's
         self.address: str = cast(Any, connection).arbitrary_address("AF_UNIX")
+        self._own_dir: str | None = None
+        if len(os.fsencode(self.address)) > SUN_PATH_MAX:
+            # A deep temp dir (a test's own) is past what a socket's address can hold: a private
+            # directory in the system's temp dir instead, removed by stop() (Python 3.13's
+            # multiprocessing falls back the same way).
+            self._own_dir = tempfile.mkdtemp(prefix="st-fs-", dir="/tmp")
+            self.address = os.path.join(self._own_dir, "s")
         with socket.socket(socket.AF_UNIX) as listener:
             listener.bind(self.address)
             os.chmod(self.address, 0o600)
@@ -77,6 +87,8 @@ class WarmEngineServer:
             os.unlink(self.address)
         except FileNotFoundError:
             pass
+        if self._own_dir is not None:
+            os.rmdir(self._own_dir)
 
 
 def _serve(listener_fd: int, alive_r: int) -> None:

@@ -310,10 +310,15 @@ class Child:
         self.conn, child_conn = ctx.Pipe()
         self.proc = ctx.Process(target=target, args=(child_conn, *args))  # not daemonic: the sidecar starts its engine process
         self.proc.start()
+        child_conn.close()  # the child's end is the child's alone: a child that dies is an end of file here
         if not self.conn.poll(START_TIMEOUT_S):
             self.proc.kill()
             raise RuntimeError(f"{target.__name__} did not start within {START_TIMEOUT_S:.0f} s")
-        self.hello: Any = self.conn.recv()
+        try:
+            self.hello: Any = self.conn.recv()
+        except EOFError:
+            self.proc.join(5)
+            raise RuntimeError(f"{target.__name__} exited (code {self.proc.exitcode}) before it started") from None
 
     @property
     def engine_pid(self) -> int | None:
