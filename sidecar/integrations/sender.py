@@ -22,9 +22,10 @@ each bad outcome:
   ``unreachable``, ``http_4xx``, ``http_5xx``;
 - **a tap that is down** (a timeout or a connection failure) is not tried again for a
   back-off of 1 s, doubling on each further failure up to 30 s: meanwhile what is offered is
-  dropped at once under the same reason, before it is even serialised, so a stopped or hung
-  sidecar costs the gateway less than a live one. The first answer of any status ends the
-  back-off; the empty stats POSTs below are the probes;
+  dropped at once under the same reason, before it is even serialised, and no POST is made,
+  not even the empty stats POSTs below, so a stopped or hung sidecar costs the gateway less
+  than a live one. The first answer of any status ends the back-off; the empty stats POSTs
+  (or the next batch) after it are the probes;
 - **shutdown** (:meth:`TapSender.aclose`) posts what is buffered, one timeout per batch.
 
 Every drop is counted by reason (:data:`DROP_REASONS`) and reported three ways: every POST
@@ -296,8 +297,9 @@ class TapSender:
         return any(self._reported.get(r, 0) != n for r, n in self.dropped.items())
 
     async def _report_drops(self) -> None:
-        """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``,
-        unless a batch is on its way (batches carry the header too)."""
+        """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``
+        and never within the tap's back-off, unless a batch is on its way (batches carry the
+        header too)."""
         while self._unreported():
             flusher = self._flusher
             if flusher is not None and not flusher.done():
@@ -305,7 +307,9 @@ class TapSender:
                 # spun through the flusher's whole flush_s wait once the last POST was old).
                 await asyncio.wait((flusher,))
                 continue
-            delay = self._last_post + self.stats_every_s - time.monotonic()
+            # Never before the tap's back-off is over: an empty POST is a probe too, and a
+            # stopped or hung tap is tried once per back-off, not every stats_every_s.
+            delay = max(self._last_post + self.stats_every_s, self._down_until) - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
