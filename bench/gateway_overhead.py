@@ -629,6 +629,8 @@ async def amain(args: argparse.Namespace) -> int:
             specs[name] = ((PLUGIN_CALLBACK,), {"LITELLM_SHADOWTRIAL_TAP_URL": url, "LITELLM_SHADOWTRIAL_GATEWAY": "bench"})
             if args.quick:  # a few requests: their exchanges reach the sidecar before the report
                 specs[name][1]["LITELLM_SHADOWTRIAL_FLUSH_S"] = "0.05"
+            elif args.flush_s is not None:
+                specs[name][1]["LITELLM_SHADOWTRIAL_FLUSH_S"] = str(args.flush_s)
         specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
         specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
         specs[NULL_NAME] = ((NULL_CALLBACK,), {})
@@ -720,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(a timing shim around its hook and its sender's tasks)")
     parser.add_argument("--plugin-profile", type=int, default=0, metavar="N", help="--plugin-cpu, and print "
                         "the top N functions of a cProfile of the plugin's hook and tasks inside each plugin proxy")
+    parser.add_argument("--flush-s", type=float, default=None, help="the plugin rows' LITELLM_SHADOWTRIAL_FLUSH_S "
+                        "(default: the plugin's own default)")
     parser.add_argument("--compare-root", default="", help="also run each plugin row with the plugin imported "
                         "from this checkout (rows marked [ref]): before and after in one run")
     _quick(parser, argv, requests=3, throughput_requests=4, rounds=1, block=4, warmup=1, deadline=300.0)

@@ -136,14 +136,22 @@ class TapSender:
         self._down_until = -float("inf")
         self._down_reason = "unreachable"
         self._backoff = 0.0
+        #: Drops counted so far, and at the last stats header written (see :meth:`stats_header`).
+        self._drops = 0
+        self._header_drops = -1
+        self._header = ""
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
     def stats_header(self) -> str:
-        """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started."""
-        return json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+        """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started
+        (written again only after a drop: every POST carries it)."""
+        if self._header_drops != self._drops:
+            self._header = json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+            self._header_drops = self._drops
+        return self._header
 
     def down_reason(self) -> str | None:
         """Why what is offered now would be dropped at once (the tap is in its back-off), or None."""
@@ -177,6 +185,7 @@ class TapSender:
         if n <= 0:
             return
         self.dropped[reason] += n
+        self._drops += n
         if self._prometheus is not None:
             try:
                 self._prometheus.labels(reason=reason).inc(n)
