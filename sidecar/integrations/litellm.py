@@ -154,15 +154,15 @@ class TapPlugin:
 
     def stats(self) -> dict[str, int]:
         """Counts: ``queued``, ``sent``, ``skipped_*``, ``dropped_*`` (by reason), ``buffered`` now
-        (the calls waiting to be mapped are mapped first, so that they are counted)."""
-        self._map_pending()
+        (on the event loop, the calls waiting to be mapped are mapped first, so that they are counted)."""
+        self._map_waiting()
         dropped = {f"dropped_{r}": n for r, n in self.sender.dropped.items()}
         return {**self._counts, **self.sender.counts, **dropped, "buffered": self.sender.buffered}
 
     def stats_header(self) -> str:
         """The ``Shadowtrial-Plugin-Stats`` value of this instance's next POST (the calls waiting
-        to be mapped are mapped first)."""
-        self._map_pending()
+        to be mapped are mapped first, on the event loop)."""
+        self._map_waiting()
         return self.sender.stats_header()
 
     # -- LiteLLM hooks ---------------------------------------------------------
@@ -217,6 +217,16 @@ class TapPlugin:
                 self.sender.drop("error", 1)
         if dropped_down:
             self.sender.drop(cast(str, down), dropped_down)
+
+    def _map_waiting(self) -> None:
+        """:meth:`_map_pending` for a caller that may be outside the event loop, where the
+        sender could not start its tasks: then the calls wait for their timer."""
+        if self._pending:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._map_pending()
 
     def _map_due(self) -> None:
         """The timer's and the full batch's call: at most MAP_BATCH calls in this turn of the loop."""
@@ -347,7 +357,11 @@ class TapPlugin:
     def _maybe_refresh_trials(self) -> None:
         due = time.monotonic() - self._trials_read_at > TRIALS_REFRESH_S
         if due and (self._refresher is None or self._refresher.done()):
-            self._refresher = asyncio.get_running_loop().create_task(self._refresh_trials())
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # mapped from outside the event loop (stats()): the next call reads them
+                return
+            self._refresher = loop.create_task(self._refresh_trials())
 
     async def _refresh_trials(self) -> None:
         self._trials_read_at = time.monotonic()  # at most one read per period, even when it fails

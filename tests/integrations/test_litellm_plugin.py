@@ -531,6 +531,18 @@ async def test_the_hook_only_keeps_the_call_and_maps_later_in_short_batches(
         await cb.aclose()
 
 
+def test_stats_outside_the_event_loop_leave_the_waiting_calls_waiting(plugin: types.ModuleType) -> None:
+    """``stats()`` maps the calls waiting only on the event loop: outside it the sender could
+    not start its tasks and the calls would be lost as ``error`` drops."""
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges")
+
+    async def hand_over() -> None:
+        await cb.async_log_success_event(small_kwargs(1), None, None, None)
+
+    asyncio.run(hand_over())
+    assert not any(k.startswith("dropped_") for k in cb.stats()) and len(cb._pending) == 1
+
+
 async def test_the_drop_report_waits_out_the_back_off(plugin: types.ModuleType) -> None:
     """Drops while the tap is down: the empty stats POST that reports them is a probe too and
     waits for the back-off to end. It used to probe every ``stats_every_s``, whatever the
