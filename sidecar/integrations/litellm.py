@@ -1,9 +1,10 @@
 """Hand copies of served exchanges from a LiteLLM proxy to the shadowtrial tap.
 
 A LiteLLM ``CustomLogger``: after LiteLLM has answered a chat completion, its logging
-worker calls ``async_log_success_event``, which maps the call to a tap exchange
-(:func:`sidecar.integrations.slo.to_exchange`), pre-samples it when configured, and offers
-it to a :class:`~sidecar.integrations.sender.TapSender`: a bounded buffer (by count and
+worker calls ``async_log_success_event``, which keeps the call; a moment later (``flush_s``,
+or once MAP_BATCH wait) the calls kept are mapped to tap exchanges together
+(:func:`sidecar.integrations.slo.to_exchange`), pre-sampled when configured, and offered to a
+:class:`~sidecar.integrations.sender.TapSender`: a bounded buffer (by count and
 bytes; a full one sheds the newest) posted to the tap in batches bounded by count and bytes,
 never retried, an oversized exchange dropped alone, every drop counted by reason and
 reported to the sidecar (``Shadowtrial-Plugin-Stats``) and to the gateway's Prometheus
@@ -74,10 +75,11 @@ LOG_EVERY_S = 60.0
 #: The hook only keeps a reference to the call's kwargs; the calls are mapped, serialised and
 #: posted together ``flush_s`` after the first of them (the wait a batch had before), or as soon
 #: as MAP_BATCH are waiting. Measured inside a LiteLLM proxy (issue 29): mapping and serialising
-#: a call in the hook, right after LiteLLM served it, cost about 150 us of CPU; the same work a
-#: moment later next to other calls about 60 us (its code stays in the caches from one call to
-#: the next; the proxy's own work in between a hook's calls evicts it), and on the same call
-#: again about 40 us. A batch stays short on the event loop: MAP_BATCH calls take a few ms.
+#: a call in the hook, right after LiteLLM served it, cost 150-200 us of CPU; the same work
+#: next to other calls 60-110 us (its code stays in the caches from one call to the next; the
+#: proxy's own work between two calls evicts it), and on the same call again about 40 us, as
+#: in a loop outside the proxy. A batch stays short on the event loop: MAP_BATCH calls take a
+#: few ms.
 MAP_BATCH = 32
 
 SampleFn = Callable[[str, str, float], bool]
