@@ -48,7 +48,9 @@ machine used meanwhile: when it is high, compare only within the run. Speed is m
 never asserted (DESIGN.md section 14). The run is bounded by its request counts and by
 ``--deadline`` seconds, and stops every process it started. ``--quick`` (the suite runs it)
 prints every row on a few requests each, its proxies forked from one process that imported
-LiteLLM once (``bench/_forked_proxies.py``) instead of each importing it.
+LiteLLM once (``bench/_forked_proxies.py``) instead of each importing it, the fake upstream and
+the sink on the benchmark's own event loop instead of processes of their own, the plugin rows
+posting after 0.05 s instead of 1 s (the report waits for the sidecar to have an exchange).
 
 Two options for telling a plugin's cost (tens of microseconds) from the run's noise (the
 proxies' CPU per request moves by tenths of a millisecond between proxies on a shared machine):
@@ -56,9 +58,12 @@ proxies' CPU per request moves by tenths of a millisecond between proxies on a s
 - ``--plugin-cpu`` registers the plugin rows' callback through a timing shim (``TIMING_SHIM``)
   that adds up, inside the proxy, the thread CPU of the plugin's hook (and of a ``_map_pending``
   callback, if the plugin has one) and of its sender's background tasks (each step between
-  awaits), and reports it per hook call.
+  awaits), and reports it per hook call, the mapping's part apart.
   What the event loop spends on the sender's socket outside those steps is not in it;
-  the shim's own clock reads (about 1 µs a call) are.
+  the cost of one clock reading (measured when the shim loads) is taken off each step.
+  Inside a proxy, the plugin's work costs several times what it costs in a loop outside one
+  (the proxy's own work between two calls evicts the caches the plugin's code runs from):
+  only a figure taken inside the proxy tells what the gateway pays.
 - ``--plugin-profile N`` does what ``--plugin-cpu`` does with the same steps also run under
   cProfile (on thread CPU, so a loaded machine does not inflate it; its own overhead does,
   several times for small functions) and prints each plugin row's top ``N`` functions by own
@@ -76,6 +81,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import socket
 import statistics
 import sys
@@ -85,7 +91,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import httpx
 
@@ -94,7 +100,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from tap import (  # noqa: E402
-    CANDIDATE, HOST, INCUMBENT, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, pin, run_fake_provider,
+    CANDIDATE, HOST, INCUMBENT, JUDGE, QUESTION, SYSTEM, Child, _machine_busy, _own_cpu, _proc_cpu, pin, run_fake_provider,
     run_sidecar,
 )
 
@@ -126,6 +132,18 @@ _OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_cpu.json
 _ns = {"hook": 0, "background": 0, "calls": 0, "gc_in_hook": 0, "gc_in_hook_n": 0, "gc_all": 0, "gc_all_n": 0}
 _clock = time.thread_time_ns
 _gc = {"in_hook": False, "t0": 0}
+
+
+def _clock_cost():
+    """What one reading of the clock adds to an interval it ends (the median of back-to-back
+    readings): subtracted from every step timed, since a step's own work can be smaller."""
+    readings = [_clock() for _ in range(2001)]
+    deltas = sorted(b - a for a, b in zip(readings, readings[1:]))
+    return deltas[len(deltas) // 2]
+
+
+_COST = _clock_cost()
+_ns["clock_cost"] = _COST
 
 
 def _gc_timer(phase, info):
@@ -162,15 +180,15 @@ class _Timed:
             try:
                 future = it.throw(error) if error is not None else it.send(value)
             except StopIteration as stop:
-                _ns["background"] += _clock() - t0
+                _ns["background"] += _clock() - t0 - _COST
                 return stop.value
             except BaseException:
-                _ns["background"] += _clock() - t0
+                _ns["background"] += _clock() - t0 - _COST
                 raise
             finally:
                 if _PROFILE is not None:
                     _PROFILE.disable()
-            _ns["background"] += _clock() - t0
+            _ns["background"] += _clock() - t0 - _COST
             value, error = None, None
             try:
                 value = yield future
@@ -191,12 +209,16 @@ if _sender is not None:  # a disabled plugin has none
     if hasattr(_plugin, "_map_pending"):  # the callback that maps pending calls in batches
         _map = _plugin._map_pending
 
-        def _timed_map():
+        def _timed_map(*args):
+            if _gc["in_hook"]:  # called from the hook: already in the hook's figure
+                return _map(*args)
             t0 = _clock()
             try:
-                return _map()
+                return _map(*args)
             finally:
-                _ns["background"] += _clock() - t0
+                spent = _clock() - t0 - _COST
+                _ns["background"] += spent
+                _ns["map"] = _ns.get("map", 0) + spent
 
         _plugin._map_pending = _timed_map
     _hook = _plugin.async_log_success_event
@@ -212,7 +234,7 @@ if _sender is not None:  # a disabled plugin has none
             if _PROFILE is not None:
                 _PROFILE.disable()
             _gc["in_hook"] = False
-            _ns["hook"] += _clock() - t0
+            _ns["hook"] += _clock() - t0 - _COST
             _ns["calls"] += 1
             if _ns["calls"] % 100 == 0:
                 with open(_OUT + ".tmp", "w") as f:
@@ -303,6 +325,44 @@ class HungServer:
         self.sock.close()
         for conn in self.accepted:
             conn.close()
+
+
+class Local:
+    """A helper server on this process's event loop (``--quick``): ``hello`` as a :class:`Child`'s,
+    its CPU in this process's."""
+
+    def __init__(self, hello: str, close: Callable[[], Awaitable[Any]]) -> None:
+        self.hello = hello
+        self._close = close
+
+    async def aclose(self) -> None:
+        await self._close()
+
+
+async def local_fake_provider() -> Local:
+    """:func:`run_fake_provider`'s upstream, in this process."""
+    from sidecar.demo.fake_provider import FakeModel, FakeProvider
+
+    models = {INCUMBENT: FakeModel(quality=0.5), CANDIDATE: FakeModel(quality=0.55), JUDGE: FakeModel(judge=True)}
+    provider = FakeProvider(models, seed=1, host=HOST)
+    await provider.__aenter__()
+    return Local(provider.base_url, lambda: provider.__aexit__(None, None, None))
+
+
+async def local_sink() -> Local:
+    """:func:`run_sink`'s sink, in this process."""
+    from aiohttp import web
+
+    async def take(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=200, text="{}", content_type="application/json")
+
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app.router.add_post("/{path:.*}", take)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, HOST, 0).start()
+    return Local(f"http://{HOST}:{runner.addresses[0][1]}", runner.cleanup)
 
 
 # --- load -------------------------------------------------------------------------------
@@ -410,9 +470,17 @@ async def create_trial(admin: str, rate: float) -> str:
         return str(r.json()["id"])
 
 
-async def sidecar_report(admin: str, trial_id: str) -> str:
+async def sidecar_report(admin: str, trial_id: str, wait_s: float = 0.0) -> str:
+    """The sidecar's counts; ``wait_s``: first wait (polling, up to that long) for an exchange
+    to have arrived (``--quick`` sends a few, and reports right after)."""
     async with httpx.AsyncClient(timeout=30.0, trust_env=False) as c:
-        metrics = (await c.get(f"{admin}/metrics")).text
+        deadline = time.monotonic() + wait_s
+        while True:
+            metrics = (await c.get(f"{admin}/metrics")).text
+            received = [line for line in metrics.splitlines() if line.startswith("shadowtrial_exchanges_received_total")]
+            if time.monotonic() >= deadline or any(not line.endswith(" 0") for line in received):
+                break
+            await asyncio.sleep(0.05)  # polling with a deadline
         trial = (await c.get(f"{admin}/v1/trials/{trial_id}")).json()
     wanted = ("shadowtrial_exchanges_received_total", "shadowtrial_plugin_dropped_total")
     lines = [line for line in metrics.splitlines() if line.startswith(wanted) and not line.endswith(" 0")]
@@ -498,7 +566,9 @@ def report_plugin_cpu(proxies: list[LiteLLMProxy], profile: int = 0) -> None:
         ns = json.loads(path.read_text())
         calls = max(1, int(ns["calls"]))
         print(f"  {proxy.name:<34} calls {ns['calls']:>7}  hook {ns['hook'] / calls / 1000:7.1f} us  "
-              f"background {ns['background'] / calls / 1000:6.1f} us  total {(ns['hook'] + ns['background']) / calls / 1000:7.1f} us")
+              f"background {ns['background'] / calls / 1000:6.1f} us  total {(ns['hook'] + ns['background']) / calls / 1000:7.1f} us"
+              + (f" (of which mapping {ns['map'] / calls / 1000:.1f} us)" if "map" in ns else "")
+              + (f"  (clock reading {ns['clock_cost'] / 1000:.1f} us, taken off each step)" if "clock_cost" in ns else ""))
         if "gc_all" in ns:
             print(f"    garbage collections: {ns['gc_in_hook_n']} inside the hook, {ns['gc_in_hook'] / calls / 1000:.1f} us "
                   f"per hook call of the hook's figure; the whole proxy's {ns['gc_all_n']}, "
@@ -535,13 +605,15 @@ async def amain(args: argparse.Namespace) -> int:
     # --quick: every row, each proxy forked from one process that imported LiteLLM once
     # (bench/_forked_proxies.py); it imports while the helpers below start.
     zygote = Zygote(venv, proxy_env(), tmp / "zygote.log") if args.quick else None
-    fake = Child(run_fake_provider)
-    sidecar = sink = None
+    # --quick: the fake upstream and the sink on this process's event loop, not spawned.
+    fake: Child | Local = await local_fake_provider() if args.quick else Child(run_fake_provider)
+    sidecar: Child | None = None
+    sink: Child | Local | None = None
     hung = HungServer()
     proxies: list[LiteLLMProxy] = []
     try:
         sidecar = Child(run_sidecar, fake.hello, str(tmp))
-        sink = Child(run_sink)
+        sink = await local_sink() if args.quick else Child(run_sink)
         if zygote is not None:
             zygote.wait_ready()
         trial_id = await create_trial(sidecar.hello["admin_url"], args.sample_rate)
@@ -555,6 +627,10 @@ async def amain(args: argparse.Namespace) -> int:
         specs: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {"none": ((), {})}
         for name, url in tap.items():
             specs[name] = ((PLUGIN_CALLBACK,), {"LITELLM_SHADOWTRIAL_TAP_URL": url, "LITELLM_SHADOWTRIAL_GATEWAY": "bench"})
+            if args.quick:  # a few requests: their exchanges reach the sidecar before the report
+                specs[name][1]["LITELLM_SHADOWTRIAL_FLUSH_S"] = "0.05"
+            elif args.flush_s is not None:
+                specs[name][1]["LITELLM_SHADOWTRIAL_FLUSH_S"] = str(args.flush_s)
         specs["generic_api (unlicensed)"] = ((LITELLM_GENERIC_API,), {"GENERIC_LOGGER_ENDPOINT": f"{sink.hello}/generic"})
         specs["generic format -> sink"] = ((GENERIC_CALLBACK,), {"SHADOWTRIAL_TEST_GENERIC_ENDPOINT": f"{sink.hello}/generic"})
         specs[NULL_NAME] = ((NULL_CALLBACK,), {})
@@ -587,26 +663,33 @@ async def amain(args: argparse.Namespace) -> int:
             for proxy in proxies:
                 assert proxy.process is not None
                 pin_tree(proxy.process.pid, PROXY_CPU)
-            for pid in (os.getpid(), fake.proc.pid, sidecar.proc.pid, sink.proc.pid):
-                pin_tree(pid, HELPER_CPU)
+            for child in (fake, sidecar, sink):
+                if isinstance(child, Child):
+                    pin_tree(child.proc.pid, HELPER_CPU)
+            pin_tree(os.getpid(), HELPER_CPU)
         print(f"{len(proxies)} proxies ready in {time.monotonic() - t0:.1f} s; measuring "
               f"({args.rounds} x {args.requests} sequential + {args.rounds} x {args.throughput_requests} at "
               f"concurrency {args.concurrency} per proxy{', streamed' if args.stream else ''})", flush=True)
-        figures, wall, helpers, others = await measure(args, proxies, [fake, sidecar, sink])
+        figures, wall, helpers, others = await measure(args, proxies, [c for c in (fake, sidecar, sink) if isinstance(c, Child)])
         report(figures, list(specs), wall, helpers, others)
         if args.plugin_cpu or args.plugin_profile:
             report_plugin_cpu(proxies, args.plugin_profile)
-        print(f"sidecar: {await sidecar_report(sidecar.hello['admin_url'], trial_id)}")
+        print(f"sidecar: {await sidecar_report(sidecar.hello['admin_url'], trial_id, wait_s=60.0 if args.quick else 0.0)}")
         print(f"hung server: {len(hung.accepted)} connection(s) accepted, none answered")
         return 0
     finally:
+        for proxy in proxies:  # all asked to stop first: their shutdowns overlap
+            if proxy.process is not None and proxy.process.poll() is None:
+                proxy.process.send_signal(signal.SIGTERM)
         for proxy in proxies:
             proxy.stop()
         if zygote is not None:
             zygote.close()
         hung.close()
         for child in (sink, sidecar, fake):
-            if child is not None:
+            if isinstance(child, Local):
+                await child.aclose()
+            elif child is not None:
                 child.stop()
         if args.quick:  # the suite runs it: leave no directory behind (a measuring run keeps its logs)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -639,9 +722,11 @@ def main(argv: list[str] | None = None) -> int:
                         "(a timing shim around its hook and its sender's tasks)")
     parser.add_argument("--plugin-profile", type=int, default=0, metavar="N", help="--plugin-cpu, and print "
                         "the top N functions of a cProfile of the plugin's hook and tasks inside each plugin proxy")
+    parser.add_argument("--flush-s", type=float, default=None, help="the plugin rows' LITELLM_SHADOWTRIAL_FLUSH_S "
+                        "(default: the plugin's own default)")
     parser.add_argument("--compare-root", default="", help="also run each plugin row with the plugin imported "
                         "from this checkout (rows marked [ref]): before and after in one run")
-    _quick(parser, argv, requests=5, throughput_requests=8, rounds=1, block=4, warmup=1, deadline=300.0)
+    _quick(parser, argv, requests=3, throughput_requests=4, rounds=1, block=4, warmup=1, deadline=300.0)
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 

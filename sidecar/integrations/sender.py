@@ -22,9 +22,10 @@ each bad outcome:
   ``unreachable``, ``http_4xx``, ``http_5xx``;
 - **a tap that is down** (a timeout or a connection failure) is not tried again for a
   back-off of 1 s, doubling on each further failure up to 30 s: meanwhile what is offered is
-  dropped at once under the same reason, before it is even serialised, so a stopped or hung
-  sidecar costs the gateway less than a live one. The first answer of any status ends the
-  back-off; the empty stats POSTs below are the probes;
+  dropped at once under the same reason, before it is even serialised, and no POST is made,
+  not even the empty stats POSTs below, so a stopped or hung sidecar costs the gateway less
+  than a live one. The first answer of any status ends the back-off; the empty stats POSTs
+  (or the next batch) after it are the probes;
 - **shutdown** (:meth:`TapSender.aclose`) posts what is buffered, one timeout per batch.
 
 Every drop is counted by reason (:data:`DROP_REASONS`) and reported three ways: every POST
@@ -135,14 +136,22 @@ class TapSender:
         self._down_until = -float("inf")
         self._down_reason = "unreachable"
         self._backoff = 0.0
+        #: Drops counted so far, and at the last stats header written (see :meth:`stats_header`).
+        self._drops = 0
+        self._header_drops = -1
+        self._header = ""
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
     def stats_header(self) -> str:
-        """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started."""
-        return json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+        """The :data:`STATS_HEADER` value: compact JSON, cumulative since this sender started
+        (written again only after a drop: every POST carries it)."""
+        if self._header_drops != self._drops:
+            self._header = json.dumps({"instance": self.instance, "dropped": dict(self.dropped)}, separators=(",", ":"))
+            self._header_drops = self._drops
+        return self._header
 
     def down_reason(self) -> str | None:
         """Why what is offered now would be dropped at once (the tap is in its back-off), or None."""
@@ -176,6 +185,7 @@ class TapSender:
         if n <= 0:
             return
         self.dropped[reason] += n
+        self._drops += n
         if self._prometheus is not None:
             try:
                 self._prometheus.labels(reason=reason).inc(n)
@@ -296,8 +306,9 @@ class TapSender:
         return any(self._reported.get(r, 0) != n for r, n in self.dropped.items())
 
     async def _report_drops(self) -> None:
-        """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``,
-        unless a batch is on its way (batches carry the header too)."""
+        """Until the tap has read the drop counts: an empty POST at most every ``stats_every_s``
+        and never within the tap's back-off, unless a batch is on its way (batches carry the
+        header too)."""
         while self._unreported():
             flusher = self._flusher
             if flusher is not None and not flusher.done():
@@ -305,7 +316,9 @@ class TapSender:
                 # spun through the flusher's whole flush_s wait once the last POST was old).
                 await asyncio.wait((flusher,))
                 continue
-            delay = self._last_post + self.stats_every_s - time.monotonic()
+            # Never before the tap's back-off is over: an empty POST is a probe too, and a
+            # stopped or hung tap is tried once per back-off, not every stats_every_s.
+            delay = max(self._last_post + self.stats_every_s, self._down_until) - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue

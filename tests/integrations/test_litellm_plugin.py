@@ -28,6 +28,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any, Iterator
@@ -175,7 +176,7 @@ def test_item10_every_bad_setting_is_named_in_the_one_line(
     assert type(cb).__name__ == "ShadowtrialTapDisabled"
     # Good settings still build the plugin, and an empty variable means its default.
     good = plugin.build_from_env({"LITELLM_SHADOWTRIAL_FLUSH_S": "0", "LITELLM_SHADOWTRIAL_BATCH": ""})
-    assert isinstance(good, plugin.TapPlugin) and (good.sender.flush_s, good.sender.batch_size) == (0.0, 100)
+    assert isinstance(good, plugin.TapPlugin) and (good.flush_s, good.sender.batch_size) == (0.0, 100)
 
 
 # -- item 1: the team -----------------------------------------------------------
@@ -494,6 +495,79 @@ async def test_a_tap_that_is_down_is_left_alone_for_a_back_off(
     await cb.aclose()
 
 
+async def test_the_hook_only_keeps_the_call_and_maps_later_in_short_batches(
+    tmp_path: Path, plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hook runs in the gateway right after each call; mapping and serialising there cost
+    the proxy about 150 us a call (issue 29). It now only keeps the kwargs: the calls are
+    mapped together ``flush_s`` later, or as soon as MAP_BATCH wait, at most MAP_BATCH in one
+    turn of the event loop."""
+    async with Harness(tmp_path) as h:
+        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=3600)
+        mapped: list[str] = []
+        turns: list[int] = []
+        exchange_from, map_pending = cb.exchange_from, cb._map_pending
+
+        def counting(kwargs: dict[str, Any]) -> Any:
+            mapped.append(str(kwargs.get("litellm_call_id")))
+            return exchange_from(kwargs)
+
+        def batch(limit: int | None = None) -> None:
+            before = len(mapped)
+            map_pending(limit)
+            turns.append(len(mapped) - before)
+
+        monkeypatch.setattr(cb, "exchange_from", counting)
+        monkeypatch.setattr(cb, "_map_pending", batch)
+        n = plugin.MAP_BATCH + 8
+        for i in range(n - 1):
+            await cb.async_log_success_event(small_kwargs(i), None, None, None)
+        assert mapped == []  # nothing mapped in the hook (and the event loop has not turned since)
+        await cb.async_log_success_event(small_kwargs(n - 1), None, None, None)
+        await wait_for(lambda: _true(len(mapped) == n), what="every call mapped")
+        assert mapped == [f"small-{i}" for i in range(n)]
+        assert max(turns) <= plugin.MAP_BATCH and sum(turns) == n
+        await wait_for(lambda: _true(cb.sender.counts["sent"] == n), what="the exchanges sent")
+        await cb.aclose()
+
+
+def test_stats_outside_the_event_loop_leave_the_waiting_calls_waiting(plugin: types.ModuleType) -> None:
+    """``stats()`` maps the calls waiting only on the event loop: outside it the sender could
+    not start its tasks and the calls would be lost as ``error`` drops."""
+    cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges")
+
+    async def hand_over() -> None:
+        await cb.async_log_success_event(small_kwargs(1), None, None, None)
+
+    asyncio.run(hand_over())
+    assert not any(k.startswith("dropped_") for k in cb.stats()) and len(cb._pending) == 1
+
+
+async def test_the_drop_report_waits_out_the_back_off(plugin: types.ModuleType) -> None:
+    """Drops while the tap is down: the empty stats POST that reports them is a probe too and
+    waits for the back-off to end. It used to probe every ``stats_every_s``, whatever the
+    back-off (issue 29: a stopped or hung sidecar cost the gateway a connection every 5 s)."""
+    tap = FlakyTap()
+    times: list[float] = []
+    handle = tap.handle_async_request
+
+    async def timed(request: httpx.Request) -> httpx.Response:
+        times.append(time.monotonic())
+        return await handle(request)
+
+    tap.handle_async_request = timed  # type: ignore[method-assign]
+    tap_sender = sender.TapSender("http://127.0.0.1:9/v1/exchanges", flush_s=0, stats_every_s=0.01, transport=tap)
+    tap_sender.offer({"exchange_id": "x-1"})
+    assert tap_sender._flusher is not None
+    await tap_sender._flusher  # the POST fails: the tap is down for the first back-off
+    down_until = tap_sender._down_until
+    assert tap.attempts == 1 and tap_sender.dropped["unreachable"] == 1 and down_until > time.monotonic()
+    tap_sender.drop("error", 1)
+    await wait_for(lambda: _true(tap.attempts >= 2), what="the drop report's POST")
+    assert times[1] >= down_until  # not within the back-off
+    await tap_sender.aclose()
+
+
 async def test_while_the_tap_is_down_exchanges_are_dropped_unmapped_and_skips_stay_skips(
     plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -603,6 +677,7 @@ async def test_item6_drops_count_in_the_gateways_prometheus_registry(
     cb = plugin.ShadowtrialTap("http://127.0.0.1:9/v1/exchanges", tap_max_bytes=100, timeout_s=0.2, stats_every_s=60)
     await cb.async_log_success_event(small_kwargs(1), None, None, None)
     await cb.async_log_success_event(small_kwargs(2), None, None, None)
+    cb.stats()  # the calls the hook kept are mapped (and their drops counted) now
     assert incs == [("shadowtrial_plugin_dropped_total", "too_large", 1)] * 2
     second = plugin.ShadowtrialTap()  # one counter per process, shared by instances
     assert second.sender._prometheus is cb.sender._prometheus
