@@ -181,6 +181,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     ) -> tuple[int, list[tuple[str, str]], bytes]:
         parts = (timeout.get("pool"), timeout.get("connect"), timeout.get("write"), timeout.get("read"))
         total = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+        data = encode_request(method, target, _framed(headers, origin.authority, method, content), content)
         loop = asyncio.get_running_loop()
         start = loop.time()
         conn = self._reuse(origin.origin, start)
@@ -189,7 +190,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             conn = await self._connect(origin, connect, request)
             if total is not None:
                 total -= loop.time() - start
-        data = encode_request(method, target, _framed(headers, origin.authority, method, content), content)
         try:
             status, raw, body = await conn.exchange(
                 data, head_only=method == "HEAD", read_s=parts[3], total_s=total,

@@ -97,8 +97,10 @@ class Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         """True when another request may be sent on this connection."""
         transport = self._transport
+        # An answer that came before the whole request was written (an early 413) leaves the
+        # rest of that request in the buffer: such a connection is not reused either.
         return (self._keep and not self._lost and not self._buf and transport is not None
-                and not transport.is_closing())
+                and not transport.is_closing() and not transport.get_write_buffer_size())
 
     async def exchange(
         self, request: bytes, *, head_only: bool, read_s: float | None, total_s: float | None,

@@ -288,3 +288,39 @@ async def test_tls_is_verified_and_then_carries_the_exchange() -> None:
                 await untrusting.aclose()
                 await trusting.aclose()
     assert (len(server.requests), server.connections) == (2, 1)  # the refused handshake never reached it
+
+
+async def test_an_answer_before_the_whole_request_was_written_is_not_followed_on_that_connection() -> None:
+    """An early refusal (413) while the body is still being written: the rest of that body is
+    still queued on the connection, so the next request goes out on a new one."""
+    connections: list[int] = []
+    done = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(connections) == 1:  # refuse at once, never read the body
+            writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            await done.wait()
+        else:
+            length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(answer())
+            await writer.drain()
+            await reader.read()  # until the client closes
+        writer.close()
+
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1/chat/completions"
+    transport = AiohttpTransport(httpx.Limits(max_connections=4))
+    try:
+        first = await transport.post(url, [], b"x" * (32 << 20), TIMEOUT)  # beyond any socket buffer
+        second = await transport.post(url, [], b"{}", TIMEOUT)
+    finally:
+        await transport.aclose()
+        done.set()
+        srv.close()
+        await srv.wait_closed()
+    assert (first.status_code, second.status_code, second.content) == (413, 200, OK_BODY)
+    assert len(connections) == 2
