@@ -55,6 +55,9 @@ class Connection(asyncio.Protocol):
         self._status = 0
         self._headers: list[tuple[str, str]] = []
         self._last_read = 0.0
+        self._read_s: float | None = None
+        self._end: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
         #: When the connection was last given back to the pool (the pool's keep-alive clock).
         self.idle_since = 0.0
 
@@ -113,53 +116,69 @@ class Connection(asyncio.Protocol):
         loop = self._loop
         self._state, self._head_only, self._keep = _HEAD, head_only, False
         self._body, self._headers, self._status = [], [], 0
-        waiter = self._waiter = loop.create_future()
+        self._waiter = loop.create_future()
         now = loop.time()
         self._last_read = now
-        end = None if total_s is None else now + total_s
-        timer: asyncio.TimerHandle | None = None
-
-        def expire() -> None:
-            nonlocal timer
-            if waiter.done():
-                return
-            at = loop.time()
-            if end is not None and at >= end:
-                self._fail(httpx.WriteTimeout("no complete answer within the summed timeouts"))
-                return
-            if read_s is not None:
-                if transport.get_write_buffer_size():
-                    self._last_read = at  # still writing: the silence has not started
-                elif at - self._last_read >= read_s:
-                    self._fail(httpx.ReadTimeout("read timed out"))
-                    return
-                due = self._last_read + read_s
-                timer = loop.call_at(due if end is None else min(due, end), expire)
-            elif end is not None:
-                timer = loop.call_at(end, expire)
-
-        if read_s is not None:
-            timer = loop.call_at(now + read_s if end is None else min(now + read_s, end), expire)
-        elif end is not None:
-            timer = loop.call_at(end, expire)
+        self._read_s = read_s
+        self._end = None if total_s is None else now + total_s
+        self._arm(now)
         try:
             transport.write(request)
-            await waiter
+            await self._waiter
         except BaseException:
             self._keep = False
             self.close()
             raise
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         return self._status, self._headers, body
 
+    # One timer per connection, not per exchange: it is left to fire when it is due no later than
+    # the current exchange needs (it then checks and sets itself again), so an exchange that ends
+    # early schedules and cancels nothing; a timer on a heap is paid for by every later call.
+
+    def _due(self, now: float) -> float | None:
+        due = None if self._read_s is None else self._last_read + self._read_s
+        end = self._end
+        return end if due is None else due if end is None else min(due, end)
+
+    def _arm(self, now: float) -> None:
+        due = self._due(now)
+        if due is None:
+            return
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= due:
+                return
+            timer.cancel()
+        self._timer = self._loop.call_at(due, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # idle: the next exchange sets it again
+        at = self._loop.time()
+        if self._end is not None and at >= self._end:
+            self._fail(httpx.WriteTimeout("no complete answer within the summed timeouts"))
+            return
+        if self._read_s is not None:
+            transport = self._transport
+            if transport is not None and transport.get_write_buffer_size():
+                self._last_read = at  # still writing: the silence has not started
+            elif at - self._last_read >= self._read_s:
+                self._fail(httpx.ReadTimeout("read timed out"))
+                return
+        self._arm(at)
+
     def close(self) -> None:
         """Close the connection now (nothing more will be read from it)."""
         self._keep = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
 

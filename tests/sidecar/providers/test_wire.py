@@ -324,3 +324,18 @@ async def test_an_answer_before_the_whole_request_was_written_is_not_followed_on
         await srv.wait_closed()
     assert (first.status_code, second.status_code, second.content) == (413, 200, OK_BODY)
     assert len(connections) == 2
+
+
+async def test_a_silent_answer_on_a_reused_connection_is_a_read_timeout() -> None:
+    """The connection's one timer, left from the first exchange, still cuts the second one."""
+    server = Scripted(lambda n: answer() if n == 1 else b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nsilen")
+    async with scripted(server) as url:
+        transport = AiohttpTransport(httpx.Limits(max_connections=4))
+        timeout: dict[str, float | None] = {"pool": None, "connect": 5.0, "write": None, "read": 0.2}
+        try:
+            assert (await transport.post(url, [], b"{}", timeout)).status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                await transport.post(url, [], b"{}", timeout)
+        finally:
+            await transport.aclose()
+    assert server.connections == 1
