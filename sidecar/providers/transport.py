@@ -112,6 +112,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._open: set[Connection] = set()
         self._targets: dict[str, _Target] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._timeout_seen: dict[str, float | None] | None = None
+        self._timeout_parts: tuple[tuple[float | None, ...], float | None] = ((), None)
         self._closed = False
 
     def _ssl_context(self) -> ssl.SSLContext:
@@ -179,8 +181,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self, method: str, origin: _Target, target: str, headers: list[tuple[str, str]], content: bytes,
         timeout: dict[str, float | None], request: httpx.Request | None,
     ) -> tuple[int, list[tuple[str, str]], bytes]:
-        parts = (timeout.get("pool"), timeout.get("connect"), timeout.get("write"), timeout.get("read"))
-        total = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+        if timeout is self._timeout_seen:  # a client's own settings: the same dict every call
+            parts, total = self._timeout_parts
+        else:
+            parts = (timeout.get("pool"), timeout.get("connect"), timeout.get("write"), timeout.get("read"))
+            total = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+            self._timeout_seen, self._timeout_parts = timeout, (parts, total)
         data = encode_request(method, target, _framed(headers, origin.authority, method, content), content)
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -253,6 +259,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
 def _framed(headers: list[tuple[str, str]], authority: str, method: str, content: bytes) -> list[tuple[str, str]]:
     """``headers`` with ``Host`` and ``Content-Length`` added when the caller did not set them."""
+    if headers and headers[0][0] == "host" and headers[-1][0] == "content-length":
+        return headers  # as the provider clients frame them
     host = length = False
     for name, _ in headers:
         lower = name.lower()

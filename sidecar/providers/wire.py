@@ -276,23 +276,24 @@ class Connection(asyncio.Protocol):
                 return
 
     def _read_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
             raise httpx.RemoteProtocolError("not an HTTP/1.x response")
         status = int(parts[1])
         headers: list[tuple[str, str]] = []
         length: int | None = None
         chunked = False
         until_close = False
-        close = parts[0] != b"HTTP/1.1"
+        close = parts[0] != "HTTP/1.1"
         for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip() or name[:1] in (b" ", b"\t"):
+            key, sep, value = line.partition(":")
+            if not sep or not key or key != key.strip():  # also a folded line (leading whitespace)
                 raise httpx.RemoteProtocolError("malformed response header")
-            text = value.strip().decode("latin-1")
-            key = name.decode("latin-1")
+            text = value.strip()
             headers.append((key, text))
+            if key[0] not in "cCtT":  # none of the three names read here
+                continue
             lower = key.lower()
             if lower == "content-length":
                 if not text.isdigit() or (length is not None and int(text) != length):
@@ -306,7 +307,7 @@ class Connection(asyncio.Protocol):
                 tokens = {c.strip().lower() for c in text.split(",")}
                 if "close" in tokens:
                     close = True
-                elif "keep-alive" in tokens and parts[0] == b"HTTP/1.0":
+                elif "keep-alive" in tokens and parts[0] == "HTTP/1.0":
                     close = False
         if 100 <= status < 200:
             if status == 101:
