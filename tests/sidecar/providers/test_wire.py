@@ -294,22 +294,31 @@ async def test_an_answer_before_the_whole_request_was_written_is_not_followed_on
     """An early refusal (413) while the body is still being written: the rest of that body is
     still queued on the connection, so the next request goes out on a new one."""
     connections: list[int] = []
+    handlers: set[asyncio.Task[None]] = set()
     done = asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
         connections.append(1)
-        head = await reader.readuntil(b"\r\n\r\n")
-        if len(connections) == 1:  # refuse at once, never read the body
-            writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-            await done.wait()
-        else:
-            length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
-            writer.write(answer())
-            await writer.drain()
-            await reader.read()  # until the client closes
-        writer.close()
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if len(connections) == 1:  # refuse at once, never read the body
+                writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                await done.wait()
+            else:
+                length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n")
+                              if x.lower().startswith(b"content-length"))
+                await reader.readexactly(length)
+                writer.write(answer())
+                await writer.drain()
+                await reader.read()  # until the client closes
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
 
     srv = await asyncio.start_server(handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/v1/chat/completions"
@@ -320,6 +329,8 @@ async def test_an_answer_before_the_whole_request_was_written_is_not_followed_on
     finally:
         await transport.aclose()
         done.set()
+        if handlers:
+            await asyncio.wait(handlers, timeout=5.0)
         srv.close()
         await srv.wait_closed()
     assert (first.status_code, second.status_code, second.content) == (413, 200, OK_BODY)
