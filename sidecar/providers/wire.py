@@ -5,23 +5,30 @@ Why: :class:`~sidecar.providers.transport.AiohttpTransport` made each provider c
 auto headers, cookie filtering, a writer task per request, a response object and stream,
 three timers) cost about two thirds of a call's CPU against a fake provider at zero latency
 (``bench/provider_calls.py``). A provider call is one POST of a body already in memory and an
-answer read whole; that is all this module does.
+answer read whole; that is all this module does. The answer is parsed by ``httptools``
+(llhttp, in C: framing, chunked bodies, keep-alive rules are its own, not ours); this module
+only writes the request, keeps the timer, and applies the limits below.
 
 Contract of :class:`Connection` (the transport owns the pool and the limits):
 
-- :meth:`Connection.exchange` writes the request bytes and reads one response: the status
-  line (``HTTP/1.x``), the headers (at most :data:`MAX_HEAD` bytes), the body by
-  ``Content-Length``, by ``Transfer-Encoding: chunked`` (trailers skipped), or up to the end
-  of the connection; no body for 1xx (skipped, except 101: refused), 204, 304 or a HEAD.
+- :meth:`Connection.exchange` writes the request bytes and reads one response: HTTP/1.x,
+  a status line plus headers of at most about :data:`MAX_HEAD` bytes, the body by
+  ``Content-Length``, by ``Transfer-Encoding: chunked`` (trailers ignored), or up to the end
+  of the connection (complete when the peer closes cleanly; never reused). Interim answers
+  100, 102 and 103 are skipped; 101 and any other 1xx are refused. 204 and 304 have no body
+  (llhttp knows). A response to ``HEAD`` is taken as complete at the end of its head and its
+  connection is not reused (llhttp is not told the method; the transport only POSTs).
+- One parser per connection: llhttp starts the next message itself after a kept-alive one.
 - **Timeouts**: ``read`` is the longest silence once the request is written (time spent
   writing does not count); ``total`` cuts the whole exchange (``None``: no cut). They raise
   :class:`httpx.ReadTimeout` and :class:`httpx.WriteTimeout`, as the transport documents.
-- **Errors**: the peer closing before a whole answer, or an answer that is not HTTP/1.x, is
+- **Errors**: the peer closing before a whole answer, or an answer llhttp refuses (not
+  HTTP/1.x, a bad length or chunk, a folded header, a protocol switch) is
   :class:`httpx.RemoteProtocolError`; a socket error while reading :class:`httpx.ReadError`.
   The connection is then closed; it is never reused after any error or cancellation.
 - **Keep-alive**: after an answer, :attr:`Connection.reusable` says whether the connection can
-  carry another request (HTTP/1.1, no ``Connection: close``, the body delimited, nothing extra
-  received, the peer still there).
+  carry another request (llhttp's ``should_keep_alive``: HTTP/1.1 or a 1.0 keep-alive, no
+  ``Connection: close``, the body delimited; nothing extra received; the peer still there).
 """
 
 from __future__ import annotations
@@ -29,13 +36,15 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import httptools
 
 #: Largest status line plus headers read from a provider (aiohttp's limits allow about as much).
 MAX_HEAD = 64 * 1024
-#: Largest chunk-size line (with extensions) of a chunked body.
-_MAX_CHUNK_LINE = 4096
 
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
+#: Interim answers llhttp ends at their head (no body); any other 1xx is refused.
+_INTERIM = (100, 102, 103)
+
+_IDLE, _HEAD, _BODY = range(3)
 
 
 class Connection(asyncio.Protocol):
@@ -44,13 +53,15 @@ class Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._buf = bytearray()
-        self._state = _DONE
+        self._parser = httptools.HttpResponseParser(self)
+        self._state = _IDLE
         self._waiter: asyncio.Future[None] | None = None
         self._lost = False
         self._head_only = False
         self._keep = False
-        self._left = 0  # bytes of the body (or of the current chunk) still to come
+        self._framed = False  # the answer being read has a Content-Length or is chunked
+        self._head_size = 0  # bytes of the current head's status line and headers, as parsed
+        self._fed = 0  # bytes fed while a head is still incomplete (a head that never ends)
         self._body: list[bytes] = []
         self._status = 0
         self._headers: list[tuple[str, str]] = []
@@ -68,24 +79,36 @@ class Connection(asyncio.Protocol):
         self._transport = transport
 
     def data_received(self, data: bytes) -> None:
-        if self._state == _DONE:  # nothing asked: a peer talking out of turn is not reused
+        if self._state == _IDLE:  # nothing asked: a peer talking out of turn is not reused
             self._keep = False
             self._lost = True
             self.close()
             return
         self._last_read = self._loop.time()
-        self._buf += data
         try:
-            self._parse()
+            if self._state == _HEAD:
+                self._fed += len(data)
+                self._parser.feed_data(data)
+                if self._state == _HEAD and self._fed > MAX_HEAD:
+                    raise httpx.RemoteProtocolError("response head too large")
+            else:
+                self._parser.feed_data(data)
         except httpx.RemoteProtocolError as exc:
             self._fail(exc)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            self._fail(cause if isinstance(cause, httpx.RemoteProtocolError)
+                       else httpx.RemoteProtocolError(f"malformed response: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed response: {exc}"))
 
     def eof_received(self) -> bool | None:
         return False  # close our side too; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        if self._state == _UNTIL_CLOSE and exc is None:
+        if self._state == _BODY and exc is None and not self._framed:
+            self._keep = False  # a body delimited by the end of the connection: it is whole
             self._finish()
             return
         if self._waiter is not None and not self._waiter.done():
@@ -94,6 +117,58 @@ class Connection(asyncio.Protocol):
             else:
                 self._fail(httpx.ReadError(str(exc) or type(exc).__name__))
 
+    # --- httptools callbacks (called from feed_data) ----------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._state == _IDLE:  # more than one answer to one request: not trusted again
+            self._keep = False
+            raise httpx.RemoteProtocolError("an answer nobody asked for")
+        self._headers, self._framed, self._state, self._head_size = [], False, _HEAD, 0
+
+    def on_status(self, status: bytes) -> None:
+        self._head_size += len(status) + 15  # with "HTTP/1.1 NNN " and CRLF
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._state != _HEAD:
+            return  # a chunked body's trailers: ignored
+        key = name.decode("latin-1")
+        self._headers.append((key, value.decode("latin-1").strip()))
+        self._head_size += len(name) + len(value) + 4
+        if key[0] in "cCtT":
+            lower = key.lower()
+            if lower == "content-length":
+                self._framed = True
+            elif lower == "transfer-encoding":
+                self._framed = value.rstrip().lower().endswith(b"chunked")
+
+    def on_headers_complete(self) -> None:
+        parser = self._parser
+        if self._head_size > MAX_HEAD:
+            raise httpx.RemoteProtocolError("response head too large")
+        if not parser.get_http_version().startswith("1."):
+            raise httpx.RemoteProtocolError("not an HTTP/1.x response")
+        status = parser.get_status_code()
+        if status < 200:
+            if status not in _INTERIM:
+                raise httpx.RemoteProtocolError(f"unexpected interim answer {status}")
+            return  # llhttp ends it here; the final answer follows
+        self._status, self._state = status, _BODY
+        if self._head_only:  # llhttp would wait for a body the Content-Length describes
+            self._keep = False
+            self._finish()
+
+    def on_body(self, body: bytes) -> None:
+        if self._state == _BODY:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._state == _HEAD:
+            self._fed = 0  # an interim answer ended; the next head counts from here
+            return
+        if self._state == _BODY:
+            self._keep = self._parser.should_keep_alive()
+            self._finish()
+
     # --- the exchange ------------------------------------------------------------------------
 
     @property
@@ -101,8 +176,8 @@ class Connection(asyncio.Protocol):
         """True when another request may be sent on this connection."""
         transport = self._transport
         # An answer that came before the whole request was written (an early 413) leaves the
-        # rest of that request in the buffer: such a connection is not reused either.
-        return (self._keep and not self._lost and not self._buf and transport is not None
+        # rest of that request queued to be written: such a connection is not reused either.
+        return (self._keep and not self._lost and transport is not None
                 and not transport.is_closing() and not transport.get_write_buffer_size())
 
     async def exchange(
@@ -115,7 +190,7 @@ class Connection(asyncio.Protocol):
             raise httpx.RemoteProtocolError("connection closed before the request was sent")
         loop = self._loop
         self._state, self._head_only, self._keep = _HEAD, head_only, False
-        self._body, self._headers, self._status = [], [], 0
+        self._body, self._headers, self._status, self._fed = [], [], 0, 0
         self._waiter = loop.create_future()
         now = loop.time()
         self._last_read = now
@@ -184,154 +259,15 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         self._keep = False
-        self._state = _DONE
+        self._state = _IDLE
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
         self.close()
 
     def _finish(self) -> None:
-        self._state = _DONE
+        self._state = _IDLE
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-
-    # --- parsing -----------------------------------------------------------------------------
-
-    def _parse(self) -> None:
-        buf = self._buf
-        while True:
-            state = self._state
-            if state == _HEAD:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buf) > MAX_HEAD:
-                        raise httpx.RemoteProtocolError("response head too large")
-                    return
-                if end > MAX_HEAD:
-                    raise httpx.RemoteProtocolError("response head too large")
-                head = bytes(buf[:end])
-                del buf[: end + 4]
-                self._read_head(head)
-            elif state == _LENGTH:
-                if len(buf) < self._left:
-                    if buf:
-                        self._body.append(bytes(buf))
-                        self._left -= len(buf)
-                        buf.clear()
-                    return
-                self._body.append(bytes(buf[: self._left]))
-                del buf[: self._left]
-                self._left = 0
-                self._done_body()
-                return
-            elif state == _CHUNK_SIZE:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    if len(buf) > _MAX_CHUNK_LINE:
-                        raise httpx.RemoteProtocolError("chunk size line too long")
-                    return
-                line = bytes(buf[:end]).split(b";", 1)[0].strip()
-                del buf[: end + 2]
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise httpx.RemoteProtocolError("bad chunk size") from None
-                if size < 0 or not line.isalnum():
-                    raise httpx.RemoteProtocolError("bad chunk size")
-                if size == 0:
-                    self._state = _TRAILER
-                else:
-                    self._left, self._state = size, _CHUNK_DATA
-            elif state == _CHUNK_DATA:
-                take = min(self._left, len(buf))
-                if take:
-                    self._body.append(bytes(buf[:take]))
-                    del buf[:take]
-                    self._left -= take
-                if self._left:
-                    return
-                self._state = _CHUNK_END
-            elif state == _CHUNK_END:
-                if len(buf) < 2:
-                    return
-                if buf[:2] != b"\r\n":
-                    raise httpx.RemoteProtocolError("chunk not followed by CRLF")
-                del buf[:2]
-                self._state = _CHUNK_SIZE
-            elif state == _TRAILER:
-                end = buf.find(b"\r\n")
-                if end < 0:
-                    if len(buf) > MAX_HEAD:
-                        raise httpx.RemoteProtocolError("trailers too large")
-                    return
-                del buf[: end + 2]
-                if end == 0:
-                    self._done_body()
-                    return
-            elif state == _UNTIL_CLOSE:
-                if buf:
-                    self._body.append(bytes(buf))
-                    buf.clear()
-                return
-            else:
-                return
-
-    def _read_head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
-            raise httpx.RemoteProtocolError("not an HTTP/1.x response")
-        status = int(parts[1])
-        headers: list[tuple[str, str]] = []
-        length: int | None = None
-        chunked = False
-        until_close = False
-        close = parts[0] != "HTTP/1.1"
-        for line in lines[1:]:
-            key, sep, value = line.partition(":")
-            if not sep or not key or key != key.strip():  # also a folded line (leading whitespace)
-                raise httpx.RemoteProtocolError("malformed response header")
-            text = value.strip()
-            headers.append((key, text))
-            if key[0] not in "cCtT":  # none of the three names read here
-                continue
-            lower = key.lower()
-            if lower == "content-length":
-                if not text.isdigit() or (length is not None and int(text) != length):
-                    raise httpx.RemoteProtocolError("bad Content-Length")
-                length = int(text)
-            elif lower == "transfer-encoding":
-                codings = [c.strip().lower() for c in text.split(",")]
-                chunked = codings[-1] == "chunked"
-                until_close = not chunked
-            elif lower == "connection":
-                tokens = {c.strip().lower() for c in text.split(",")}
-                if "close" in tokens:
-                    close = True
-                elif "keep-alive" in tokens and parts[0] == "HTTP/1.0":
-                    close = False
-        if 100 <= status < 200:
-            if status == 101:
-                raise httpx.RemoteProtocolError("unexpected protocol switch")
-            return  # an interim answer: the final one follows (state stays _HEAD)
-        self._status, self._headers = status, headers
-        self._keep = not close
-        if self._head_only or status in (204, 304):
-            self._done_body()
-        elif chunked:
-            self._state = _CHUNK_SIZE
-        elif until_close or length is None:
-            self._keep = False
-            self._state = _UNTIL_CLOSE
-        elif length == 0:
-            self._done_body()
-        else:
-            self._left, self._state = length, _LENGTH
-
-    def _done_body(self) -> None:
-        if self._buf:  # more than one answer to one request: do not trust this connection again
-            self._keep = False
-            self._buf.clear()
-        self._finish()
 
 
 def encode_request(method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:

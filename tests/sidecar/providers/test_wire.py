@@ -19,6 +19,7 @@ import pytest
 from sidecar.providers.base import ChatRequest
 from sidecar.providers.openai import OpenAIProvider
 from sidecar.providers.transport import AiohttpTransport
+from sidecar.providers.wire import MAX_HEAD
 
 TIMEOUT = httpx.Timeout(5.0).as_dict()
 OK_BODY = msgspec.json.encode(
@@ -185,6 +186,12 @@ async def test_interim_answers_are_skipped() -> None:
     (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part", httpx.RemoteProtocolError),
     (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n", httpx.RemoteProtocolError),
     (None, httpx.RemoteProtocolError),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 199 Odd\r\n\r\n" + answer(), httpx.RemoteProtocolError),
+    (b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", httpx.RemoteProtocolError),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", httpx.RemoteProtocolError),
 ])
 async def test_broken_answers_are_protocol_errors(reply: bytes | None, error: type[Exception]) -> None:
     server = Scripted(lambda n: reply, close_after=True)
@@ -349,4 +356,59 @@ async def test_a_silent_answer_on_a_reused_connection_is_a_read_timeout() -> Non
                 await transport.post(url, [], b"{}", timeout)
         finally:
             await transport.aclose()
+    assert server.connections == 1
+
+
+async def test_a_head_past_the_limit_is_refused_before_it_ends() -> None:
+    """A head still incomplete past MAX_HEAD is cut without waiting for its end (the server
+    keeps the connection open)."""
+    server = Scripted(lambda n: b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (MAX_HEAD + 1024))
+    async with scripted(server) as url:
+        transport = AiohttpTransport(httpx.Limits(max_connections=4))
+        try:
+            with pytest.raises(httpx.RemoteProtocolError, match="too large"):
+                await post(transport, url)
+        finally:
+            await transport.aclose()
+
+
+async def test_many_headers_past_the_limit_in_one_read_are_refused() -> None:
+    head = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 60) for i in range(MAX_HEAD // 60))
+    server = Scripted(lambda n: b"HTTP/1.1 200 OK\r\n" + head + b"Content-Length: 0\r\n\r\n", close_after=True)
+    async with scripted(server) as url:
+        transport = AiohttpTransport(httpx.Limits(max_connections=4))
+        try:
+            with pytest.raises(httpx.RemoteProtocolError, match="too large"):
+                await post(transport, url)
+        finally:
+            await transport.aclose()
+
+
+async def test_bytes_past_the_end_of_an_answer_or_an_http10_answer_are_not_followed_on_that_connection() -> None:
+    extra = Scripted(lambda n: answer() + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")  # one request, two answers
+    old = Scripted(lambda n: answer().replace(b"HTTP/1.1", b"HTTP/1.0", 1))
+    for server in (extra, old):
+        async with scripted(server) as url:
+            transport = AiohttpTransport(httpx.Limits(max_connections=4))
+            try:
+                assert [await post(transport, url) for _ in range(2)] == [(200, OK_BODY)] * 2
+            finally:
+                await transport.aclose()
+        assert server.connections == 2
+
+
+async def test_answers_without_a_body_keep_one_parser_across_the_connection() -> None:
+    """204 and 304 end at their head (no Content-Length needed); the connection's one parser then
+    reads the next answers, of every framing, on the same connection."""
+    replies = [b"HTTP/1.1 204 No Content\r\n\r\n", b"HTTP/1.1 304 Not Modified\r\nETag: x\r\n\r\n",
+               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+               b"HTTP/1.1 100 Continue\r\n\r\n" + answer()]
+    server = Scripted(lambda n: replies[n - 1])
+    async with scripted(server) as url:
+        transport = AiohttpTransport(httpx.Limits(max_connections=4))
+        try:
+            got = [await post(transport, url) for _ in range(4)]
+        finally:
+            await transport.aclose()
+    assert got == [(204, b""), (304, b""), (200, b"abc"), (200, OK_BODY)]
     assert server.connections == 1
