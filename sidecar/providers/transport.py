@@ -1,4 +1,4 @@
-"""An httpx transport over a lean HTTP/1.1 client of our own: httpx's shape, a bare socket's speed.
+"""An httpx transport over a lean HTTP/1.1 client (our pool, llhttp's parser): httpx's shape, fast.
 
 Why: a provider call through httpx's own transport (httpcore over anyio) cost
 4-11x the CPU of the same POST through aiohttp, and aiohttp's
@@ -7,7 +7,8 @@ in one piece and reading the answer whole on an asyncio protocol
 (``bench/provider_calls.py``): its request and response objects, header merging,
 auto headers, cookie filtering, a writer task and three timers per call are
 generic machinery a fixed POST to one endpoint does not use. The wire is
-:mod:`sidecar.providers.wire`; the provider clients keep speaking httpx
+:mod:`sidecar.providers.wire` (the request written by us, the answer parsed by
+``httptools``, i.e. llhttp in C); the provider clients keep speaking httpx
 (``httpx.Request`` in, ``httpx.Response`` out, httpx's exception classes), so
 tests still inject ``httpx.MockTransport`` and :mod:`sidecar.providers.retry`
 is unchanged. (The class keeps its name from when the wire was aiohttp's.)
