@@ -88,6 +88,17 @@ async def post(transport: AiohttpTransport, url: str, body: bytes = b"{}") -> tu
     return reply.status_code, reply.content
 
 
+async def connections_for_two_posts(server: Scripted) -> int:
+    """Two POSTs through one transport, each answered 200 with ``OK_BODY``: the connections they took."""
+    async with scripted(server) as url:
+        transport = AiohttpTransport(httpx.Limits(max_connections=4))
+        try:
+            assert [await post(transport, url) for _ in range(2)] == [(200, OK_BODY)] * 2
+        finally:
+            await transport.aclose()
+    return server.connections
+
+
 async def test_length_framed_answers_reuse_one_connection_and_the_request_is_framed() -> None:
     server = Scripted(lambda n: answer())
     async with scripted(server) as url:
@@ -110,26 +121,13 @@ async def test_a_chunked_answer_with_extensions_and_trailers_is_read_whole_and_k
                + f"{half:x};note=1\r\n".encode() + OK_BODY[:half] + b"\r\n"
                + f"{len(OK_BODY) - half:X}\r\n".encode() + OK_BODY[half:] + b"\r\n"
                + b"0\r\nX-Trailer: t\r\n\r\n")
-    server = Scripted(lambda n: chunked)
-    async with scripted(server) as url:
-        transport = AiohttpTransport(httpx.Limits(max_connections=4))
-        try:
-            assert [await post(transport, url) for _ in range(2)] == [(200, OK_BODY)] * 2
-        finally:
-            await transport.aclose()
-    assert server.connections == 1
+    assert await connections_for_two_posts(Scripted(lambda n: chunked)) == 1
 
 
 async def test_an_answer_to_the_end_of_the_connection_is_read_whole_and_not_reused() -> None:
     server = Scripted(lambda n: b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + OK_BODY,
                       close_after=True)
-    async with scripted(server) as url:
-        transport = AiohttpTransport(httpx.Limits(max_connections=4))
-        try:
-            assert [await post(transport, url) for _ in range(2)] == [(200, OK_BODY)] * 2
-        finally:
-            await transport.aclose()
-    assert server.connections == 2
+    assert await connections_for_two_posts(server) == 2
 
 
 async def test_connection_close_and_an_expired_idle_connection_are_not_reused() -> None:
@@ -388,13 +386,7 @@ async def test_bytes_past_the_end_of_an_answer_or_an_http10_answer_are_not_follo
     extra = Scripted(lambda n: answer() + b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")  # one request, two answers
     old = Scripted(lambda n: answer().replace(b"HTTP/1.1", b"HTTP/1.0", 1))
     for server in (extra, old):
-        async with scripted(server) as url:
-            transport = AiohttpTransport(httpx.Limits(max_connections=4))
-            try:
-                assert [await post(transport, url) for _ in range(2)] == [(200, OK_BODY)] * 2
-            finally:
-                await transport.aclose()
-        assert server.connections == 2
+        assert await connections_for_two_posts(server) == 2
 
 
 async def test_answers_without_a_body_keep_one_parser_across_the_connection() -> None:
