@@ -601,6 +601,18 @@ class Sample:
         return self.sampled - self.depth - self.in_flight
 
 
+def all_ended(s: Sample, before: int, offered: int) -> bool:
+    """Whether one full sample shows every offered case ended, by both counts.
+
+    The gauges count a case done once it left the tap's queue and no worker holds it, but
+    the engine's process may still hold it between the two: only the trial's funnel counts
+    it once it ended. And the gauges' in-flight figure is the engine process's report, sent
+    at most every 0.1 s: the funnel may show every case ended while the gauges still show
+    some in flight. The phase ends when both agree (a CI run once ended on the funnel alone
+    and printed "in flight 4", read as a time-out)."""
+    return sum((s.outcomes or {}).values()) >= offered and s.done - before >= offered
+
+
 class Probe:
     """Polls ``/metrics`` (one cheap store read) every ``interval`` seconds on a session of its own,
     not behind the flood's connection limit; reads the trial's funnel (a snapshot of the trial
@@ -839,11 +851,8 @@ async def engine_alone(fake: Child, args: argparse.Namespace, shared: Child | No
                     if len(marks) < 2 and done >= (0.1, 0.9)[len(marks)] * offered:
                         marks.append(await probe.sample(full=True))
                     elif done >= offered:
-                        # The gauges count a case done once it left the tap's queue and no worker
-                        # holds it, but the engine's process may still hold it between the two:
-                        # the trial's funnel counts it only once it ended.
                         full = await probe.sample(full=True)
-                        if sum((full.outcomes or {}).values()) >= offered:
+                        if all_ended(full, before, offered):
                             break
                         await asyncio.sleep(args.poll / 2)
                     else:
