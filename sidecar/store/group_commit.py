@@ -23,22 +23,26 @@ class GroupCommit:
     group (up to :data:`ROUNDS` groups), so the writes asked for while a group ran cost no
     submission and no wake-up of the store's thread each. Results are handed back with one
     ``call_soon_threadsafe`` per loop per group. A write whose caller was cancelled before its
-    group started is not run (as a job never started by an executor)."""
+    group started is not run (as a job never started by an executor).
+
+    A write asked for ``rerun_safe`` touches nothing but the connection (no state outside it, no
+    side effect beside its result): a group of only such writes first runs without savepoints
+    (see :func:`run_group`), and if one of them raises it is rolled back and run again as any group."""
 
     #: Groups one flush runs back to back before it gives the thread to the reads queued behind it.
     ROUNDS = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._queue: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]] = []
         self._due = False  # a flush is submitted or running: it will take what is queued
 
     async def ask(self, fn: Callable[[sqlite3.Connection], T], executor: ThreadPoolExecutor,
-                  conn: sqlite3.Connection) -> T:
+                  conn: sqlite3.Connection, *, rerun_safe: bool = False) -> T:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         with self._lock:
-            self._queue.append((fn, fut))
+            self._queue.append((fn, fut, rerun_safe))
             submit = not self._due
             self._due = True
         if submit:
@@ -55,7 +59,7 @@ class GroupCommit:
             with self._lock:
                 group, self._queue = self._queue, []
                 self._due = False
-            _settle([(fut, False, exc) for _, fut in group])
+            _settle([(fut, False, exc) for _, fut, _ in group])
 
     def _flush(self, conn: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
         """On the store's thread: run what is queued as one transaction and hand it back, then
@@ -77,15 +81,15 @@ class GroupCommit:
             with self._lock:
                 group, self._queue = self._queue, []
                 self._due = False
-            _hand_back([(fut, (False, exc)) for _, fut in group])
+            _hand_back([(fut, (False, exc)) for _, fut, _ in group])
 
     def _run(self, conn: sqlite3.Connection,
-             group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]]) -> None:
-        group = [(fn, fut) for fn, fut in group if not fut.cancelled()]
+             group: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], bool]]) -> None:
+        group = [entry for entry in group if not entry[1].cancelled()]
         if not group:
             return
-        outcomes = run_group(conn, [fn for fn, _ in group])
-        _hand_back([(fut, outcome) for (_, fut), outcome in zip(group, outcomes)])
+        outcomes = run_group(conn, [fn for fn, _, _ in group], rerun_safe=all(safe for _, _, safe in group))
+        _hand_back([(fut, outcome) for (_, fut, _), outcome in zip(group, outcomes)])
 
 
 def _hand_back(results: Sequence[tuple[asyncio.Future[Any], tuple[bool, Any]]]) -> None:
@@ -100,13 +104,24 @@ def _hand_back(results: Sequence[tuple[asyncio.Future[Any], tuple[bool, Any]]]) 
             pass
 
 
-def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connection], Any]], *,
+              rerun_safe: bool = False) -> list[tuple[bool, Any]]:
     """Run ``fns`` in one ``BEGIN IMMEDIATE`` transaction, each in a savepoint of its own; per
     write, (True, its result) or (False, what it raised). A write that raises is rolled back to
     its savepoint alone. If the transaction itself fails (the write lock not had, the commit
     refused, or SQLite rolled it back under a write), every write fails with that error: none
-    of them is committed."""
+    of them is committed.
+
+    ``rerun_safe`` (every write touches nothing but the connection): the group runs first with no
+    savepoint, and is committed when none of its writes raised — the same rows and results as
+    with savepoints, without them: a savepoint costs two statements per write, and every page a
+    write changes is copied into its journal first (the trial row's overflow pages, tens of KB).
+    When one raises, the transaction is rolled back and the whole group runs again as above."""
     single = len(fns) == 1  # the transaction is the write: no savepoint needed
+    if rerun_safe and not single:
+        plain = _run_plain(conn, fns)
+        if plain is not None:
+            return plain
     out: list[tuple[bool, Any]] = []
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -131,6 +146,35 @@ def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connecti
             if not single:
                 conn.execute("RELEASE w")
             out.append((True, result))
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        return [(False, exc)] * len(fns)
+    return out
+
+
+def _run_plain(conn: sqlite3.Connection,
+               fns: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]] | None:
+    """:func:`run_group` without savepoints; None when a write raised and its transaction was rolled
+    back (nothing of the group is committed: it runs again with savepoints)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except BaseException as exc:
+        return [(False, exc)] * len(fns)
+    try:
+        out: list[tuple[bool, Any]] = []
+        for fn in fns:
+            try:
+                out.append((True, fn(conn)))
+            except Exception:
+                if not conn.in_transaction:  # SQLite ended the transaction: the group is lost
+                    raise
+                conn.execute("ROLLBACK")
+                return None
         conn.execute("COMMIT")
     except BaseException as exc:
         if conn.in_transaction:

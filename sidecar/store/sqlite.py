@@ -5,7 +5,9 @@ event loop never blocks on disk and transactions never interleave inside this
 process. Writes are committed in groups (:class:`~sidecar.store.group_commit.GroupCommit`): the writes asked for
 while the store's thread is busy are run together in one ``BEGIN IMMEDIATE``
 transaction, each inside a savepoint of its own — one that raises is rolled back
-alone and raises to its caller; the others commit. A write's caller resumes only
+alone and raises to its caller; the others commit (a group of only the case's writes, which
+touch nothing but the connection, first runs without savepoints, and again with them if one
+raises). A write's caller resumes only
 after its group committed, so nothing is reported done that a crash could undo;
 a process that dies mid-group loses the whole group (as if none of its writes had
 been asked for), never a part of one. A second process on the same file (a
@@ -73,12 +75,14 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn, conn)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, rerun_safe: bool = False) -> T:
         """Run ``fn`` in a write transaction, committed with the writes asked for beside it
-        (see the module's docs); its result once its group committed."""
+        (see the module's docs); its result once its group committed. ``rerun_safe``: ``fn``
+        touches nothing but the connection, so it may run again after a rollback
+        (:class:`~sidecar.store.group_commit.GroupCommit`); the case's writes are."""
         if self._executor is None or self._conn is None:
             raise RuntimeError("store is not open")
-        return await self._writes.ask(fn, self._executor, self._conn)
+        return await self._writes.ask(fn, self._executor, self._conn, rerun_safe=rerun_safe)
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shadowtrial-store")
@@ -253,23 +257,24 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
     # -- cases -----------------------------------------------------------------
 
     async def claim_case(self, case: CaseStart) -> ClaimOutcome:
-        return await self._write(lambda conn: _claim(conn, case))
+        return await self._write(lambda conn: _claim(conn, case), rerun_safe=True)
 
     async def reserve(self, trial_id: str, case_id: str, micros: int, *, kind: LedgerKind, at: float) -> ReserveResult:
-        return await self._write(lambda conn: _reserve(conn, trial_id, case_id, micros, kind, at))
+        return await self._write(lambda conn: _reserve(conn, trial_id, case_id, micros, kind, at), rerun_safe=True)
 
     async def claim_and_reserve(self, case: CaseStart, micros: int, *, at: float) -> tuple[ClaimOutcome, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[ClaimOutcome, bool]:
             claimed = _claim(conn, case)
-            if claimed != "claimed" or not _reserve(conn, case.trial_id, case.case_id, micros, "reserve", at,
-                                                    dispatch_owner=case.owner).applied:
+            if claimed != "claimed" or not _reserved(conn, case.trial_id, case.case_id, micros, "reserve", at,
+                                                     dispatch_owner=case.owner):
                 return claimed, False
             return claimed, True  # reserved and marked dispatched by one update of the case just claimed
 
-        return await self._write(fn)
+        return await self._write(fn, rerun_safe=True)
 
     async def mark_dispatched(self, case_id: str, owner: str) -> bool:
-        return await self._write(lambda conn: conn.execute(*sq(c.DISPATCHED, case_id, owner)).rowcount == 1)
+        return await self._write(lambda conn: conn.execute(*sq(c.DISPATCHED, case_id, owner)).rowcount == 1,
+                                 rerun_safe=True)
 
     async def finish_case(self, finish: CaseFinish, owner: str) -> bool:
         def fn(conn: sqlite3.Connection) -> bool:
@@ -291,7 +296,7 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             _bump(conn, finish.trial_id, finish.outcome, 1)
             return True
 
-        return await self._write(fn)
+        return await self._write(fn, rerun_safe=True)
 
     async def count_outcomes(self, counts: Mapping[tuple[str, str], int]) -> None:
         if not counts:
@@ -301,10 +306,10 @@ class SQLiteStore(SQLiteWatches, SQLiteRetention):
             for (trial_id, outcome), n in counts.items():
                 _bump(conn, trial_id, outcome, n)
 
-        await self._write(fn)
+        await self._write(fn, rerun_safe=True)
 
     async def heartbeat(self, owner: str, *, now: float, lease_s: float) -> None:
-        await self._write(lambda conn: conn.execute(*sq(c.HEARTBEAT, owner, now + lease_s, now)))
+        await self._write(lambda conn: conn.execute(*sq(c.HEARTBEAT, owner, now + lease_s, now)), rerun_safe=True)
 
     async def recover_expired(self, now: float, *, report: bool = False, alive: str = "") -> list[str]:
         def fn(conn: sqlite3.Connection) -> list[str]:
@@ -513,13 +518,13 @@ def _report(conn: sqlite3.Connection, case_ids: Sequence[str], now: float) -> No
 
 
 def _claim(conn: sqlite3.Connection, case: CaseStart) -> ClaimOutcome:
-    # A re-delivery is a duplicate whatever the trial's status now: it was counted once.
-    if conn.execute(*sq(c.SEEN, case.trial_id, case.exchange_id)).fetchone():
-        return "duplicate"
     row = conn.execute(*sq(t.STATUS, case.trial_id)).fetchone()
     if row is None:
         return "not_running"
     ended = ended_outcome(row["status"])
+    # A re-delivery is a duplicate whatever the trial's status now: it was counted once. The
+    # insert is the check (the case's id and its exchange in the trial are unique; a case id is
+    # the hash of the two), so a claim reads no index more than the insert does.
     if conn.execute(*sq(c.CLAIM, *c.claim_args(case, ended, row["status"]))).rowcount != 1:
         return "duplicate"
     if ended is not None:
@@ -531,10 +536,21 @@ def _claim(conn: sqlite3.Connection, case: CaseStart) -> ClaimOutcome:
 
 
 def _reserve(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int, kind: LedgerKind,
-             at: float, *, dispatch_owner: str | None = None) -> ReserveResult:
-    """``dispatch_owner``: the case was claimed by that owner in this transaction, and is marked
-    dispatched by the same update of its row that records the reservation (what RESERVE_CASE then
-    DISPATCHED do, one row write fewer)."""
+             at: float) -> ReserveResult:
+    """:func:`_reserved`, with the trial's figures after it."""
+    applied = _reserved(conn, trial_id, case_id, micros, kind, at)
+    row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
+    if row is None:
+        return ReserveResult(False, 0, 0, 0, "missing")
+    return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
+
+
+def _reserved(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int, kind: LedgerKind,
+              at: float, *, dispatch_owner: str | None = None) -> bool:
+    """Reserve ``micros`` for the case if the cap has room; whether it did. ``dispatch_owner``: the
+    case was claimed by that owner in this transaction, and is marked dispatched by the same update
+    of its row that records the reservation (what RESERVE_CASE then DISPATCHED do, one row write
+    fewer)."""
     # The cap's check and the reservation are one statement, under the write lock (it raises the
     # trial's revision itself: the revision trigger would write the whole row again). Only
     # an unfinished case of this trial may reserve: a finished (or recovered) case is
@@ -553,10 +569,7 @@ def _reserve(conn: sqlite3.Connection, trial_id: str, case_id: str, micros: int,
     elif applied:
         conn.execute(*sq(c.RESERVE_CASE, micros, case_id))
         conn.execute(*sq(c.INSERT_LEDGER, trial_id, case_id, kind, micros, at))
-    row = conn.execute(*sq(c.FIGURES, trial_id)).fetchone()
-    if row is None:
-        return ReserveResult(False, 0, 0, 0, "missing")
-    return ReserveResult(applied, row["cap_micros"], row["spent_micros"], row["reserved_micros"], row["status"])
+    return applied
 
 
 def _trial(conn: sqlite3.Connection, trial_id: str) -> TrialRecord | None:

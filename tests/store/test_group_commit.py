@@ -79,6 +79,62 @@ async def test_a_lone_write_that_raises_commits_nothing(store: SQLiteStore) -> N
     assert [t.id for t in await store.list_trials()] == ["t1"]
 
 
+async def test_a_group_of_rerun_safe_writes_runs_without_savepoints(store: SQLiteStore) -> None:
+    """Issue 29: the case's writes touch only the connection, so a group of them runs without a
+    savepoint each (two statements per write, and a copy of every page a write changes)."""
+    await store.create_trial(trial("t1", cap_micros=1_000_000))
+    traced: list[str] = []
+    await store._run(lambda conn: conn.set_trace_callback(traced.append))
+    got = await _as_one_group(store, store.claim_and_reserve(start("c1"), 1_000, at=1.0),
+                              store.claim_and_reserve(start("c2"), 1_000, at=1.0),
+                              store.heartbeat("A", now=0.0, lease_s=5.0))
+    await store._run(lambda conn: conn.set_trace_callback(None))
+    assert got == [("claimed", True), ("claimed", True), None]
+    assert traced.count("BEGIN IMMEDIATE") == 1 and traced.count("COMMIT") == 1
+    assert not [s for s in traced if s.startswith(("SAVEPOINT", "RELEASE", "ROLLBACK"))]
+    assert {c["id"]: c["state"] for c in await store.cases("t1")} == {"c1": "dispatched", "c2": "dispatched"}
+
+
+async def test_a_rerun_safe_write_that_raises_is_rolled_back_alone_and_the_others_run_again(
+    store: SQLiteStore,
+) -> None:
+    """A rerun-safe group in which one write raises: nothing of the first run is kept; the group
+    runs again with savepoints, so the write that raised is rolled back alone and the others
+    commit once, with the results of their second run."""
+    runs: list[str] = []
+
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        runs.append("fail")
+        conn.execute("INSERT INTO owners (owner, lease_until, started_at) VALUES ('half', 1, 0)")
+        raise ValueError("boom")
+
+    def lease(owner: str) -> Any:
+        def fn(conn: sqlite3.Connection) -> int:
+            runs.append(owner)
+            return conn.execute("INSERT INTO owners (owner, lease_until, started_at) VALUES (?, 1, 0)",
+                                (owner,)).rowcount
+        return fn
+
+    traced: list[str] = []
+    await store._run(lambda conn: conn.set_trace_callback(traced.append))
+    got = await _as_one_group(store, store._write(lease("A"), rerun_safe=True),
+                              store._write(half_then_fail, rerun_safe=True), store._write(lease("B"), rerun_safe=True))
+    await store._run(lambda conn: conn.set_trace_callback(None))
+    assert got[0] == 1 and isinstance(got[1], ValueError) and got[2] == 1
+    assert runs == ["A", "fail", "A", "fail", "B"]  # the first run stopped at the failure; then all again
+    assert traced.count("ROLLBACK") == 1 and traced.count("ROLLBACK TO w") == 1 and traced.count("COMMIT") == 1
+    owners = await store._run(lambda conn: [r[0] for r in conn.execute("SELECT owner FROM owners ORDER BY owner")])
+    assert owners == ["A", "B"]
+
+
+async def test_a_group_with_one_write_not_rerun_safe_keeps_its_savepoints(store: SQLiteStore) -> None:
+    traced: list[str] = []
+    await store._run(lambda conn: conn.set_trace_callback(traced.append))
+    await _as_one_group(store, store.heartbeat("A", now=0.0, lease_s=5.0), store.create_trial(trial("t1")))
+    await store._run(lambda conn: conn.set_trace_callback(None))
+    assert traced.count("SAVEPOINT w") == 2 and traced.count("RELEASE w") == 2
+
+
 async def test_a_crash_mid_group_loses_no_case_outcome(tmp_path: Path) -> None:
     """Two cases' finishes and then a process death in one group: neither finish is kept (no
     half of a group is), and recovery finishes both cases indeterminate — each with exactly
