@@ -30,7 +30,7 @@ from judge.completer import Completer, Completion
 from judge.errors import InvalidJudgeSpec, UnsupportedParserVersion
 from judge.labels import PARSER_VERSION, Label, Slot, candidate_view, parse_labels
 from judge.order import ORDERS, Order, arrange, check_order
-from judge.prompt import Conversation, Message, render_judge_messages, render_retry_messages
+from judge.prompt import Conversation, Message, render_conversation, render_judge_messages, render_retry_messages
 from judge.rubric import get_rubric
 from judge.version import JudgeSpec, JudgeVersion, judge_version
 from policies.money import input_tokens_upper_bound
@@ -69,9 +69,10 @@ class PairedJudgment:
         return len(self.completions) > 1
 
 
-def _messages(rubric_text: str, conversation: Conversation, incumbent: str, candidate: str, order: Order) -> list[Message]:
+def _messages(rubric_text: str, conversation: Conversation, incumbent: str, candidate: str, order: Order,
+              rendered: str | None = None) -> list[Message]:
     answer_a, answer_b = arrange(order, incumbent, candidate)
-    return render_judge_messages(rubric_text, conversation, answer_a, answer_b)
+    return render_judge_messages(rubric_text, conversation, answer_a, answer_b, rendered=rendered)
 
 
 def _texts(messages: Sequence[Message]) -> list[str]:
@@ -102,13 +103,17 @@ class JudgeInputBound:
     The bound is the byte length of the rendered texts plus framing, and each answer is put
     into the judge's user message as it is, so the answers' UTF-8 bytes add to those of the
     messages rendered with empty answers — in either order: the same value as rendering
-    each pair, exactly."""
+    each pair, exactly. The rendered conversation is kept (:attr:`conversation_text`), for the
+    judge's calls on it (:meth:`PairedJudge.judge`'s ``rendered``)."""
 
-    __slots__ = ("_fixed", "_max_tokens")
+    __slots__ = ("_fixed", "_max_tokens", "conversation_text")
 
     def __init__(self, conversation: Conversation, spec: JudgeSpec) -> None:
         rubric_text = get_rubric(spec.rubric_id).text
-        retry = render_retry_messages(_messages(rubric_text, conversation, "", "", ORDERS[0]), first_reply="")
+        #: The conversation as :func:`judge.prompt.render_conversation` renders it.
+        self.conversation_text = render_conversation(conversation)
+        first = _messages(rubric_text, conversation, "", "", ORDERS[0], self.conversation_text)
+        retry = render_retry_messages(first, first_reply="")
         self._fixed = input_tokens_upper_bound(*_texts(retry), messages=len(retry))
         self._max_tokens = spec.max_tokens
 
@@ -161,15 +166,18 @@ class PairedJudge:
         )
 
     async def judge(
-        self, conversation: Conversation, incumbent_answer: str, candidate_answer: str, order: Order
+        self, conversation: Conversation, incumbent_answer: str, candidate_answer: str, order: Order, *,
+        rendered: str | None = None,
     ) -> PairedJudgment:
-        """Judge one pair in ``order``. See the module docstring for the outcomes.
+        """Judge one pair in ``order``. See the module docstring for the outcomes. ``rendered``:
+        the conversation as :func:`judge.prompt.render_conversation` renders it, when the caller
+        has it already (:attr:`JudgeInputBound.conversation_text`); the messages are the same.
 
         Raises :class:`judge.errors.InvalidArgument` only for an unknown ``order``.
         """
         order = check_order(order)
         vid = self._version.id
-        messages = _messages(self._rubric_text, conversation, incumbent_answer, candidate_answer, order)
+        messages = _messages(self._rubric_text, conversation, incumbent_answer, candidate_answer, order, rendered)
         first = await self._call(messages)
         if not first.ok:
             return PairedJudgment("error", order, vid, (first,), error=_failed(first))

@@ -120,12 +120,13 @@ def render_conversation(conversation: Conversation) -> str:
     return "\n\n".join(rendered)
 
 
-def render_user_text(conversation: Conversation, answer_a: str, answer_b: str) -> str:
-    """The judge's user message: conversation, then answer A, then answer B."""
+def render_user_text(conversation: Conversation, answer_a: str, answer_b: str, *, rendered: str | None = None) -> str:
+    """The judge's user message: conversation, then answer A, then answer B. ``rendered``: the
+    conversation as :func:`render_conversation` renders it, when the caller has it already."""
     return (
         f"{_INTRO}\n\n"
         "<<<CONVERSATION>>>\n"
-        f"{render_conversation(conversation)}\n"
+        f"{render_conversation(conversation) if rendered is None else rendered}\n"
         "<<<END OF CONVERSATION>>>\n\n"
         "<<<ASSISTANT A'S ANSWER>>>\n"
         f"{answer_a}\n"
@@ -137,11 +138,14 @@ def render_user_text(conversation: Conversation, answer_a: str, answer_b: str) -
     )
 
 
-def render_judge_messages(rubric_text: str, conversation: Conversation, answer_a: str, answer_b: str) -> list[Message]:
-    """The messages of a first judge call: ``[system: rubric, user: conversation + A + B]``."""
+def render_judge_messages(
+    rubric_text: str, conversation: Conversation, answer_a: str, answer_b: str, *, rendered: str | None = None,
+) -> list[Message]:
+    """The messages of a first judge call: ``[system: rubric, user: conversation + A + B]``
+    (``rendered``: see :func:`render_user_text`)."""
     return [
         {"role": "system", "content": rubric_text},
-        {"role": "user", "content": render_user_text(conversation, answer_a, answer_b)},
+        {"role": "user", "content": render_user_text(conversation, answer_a, answer_b, rendered=rendered)},
     ]
 
 

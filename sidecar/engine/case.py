@@ -298,7 +298,7 @@ class CaseRunner:
         audited = audit_selected(subject.id, case_id, rec.audit_share, key=ORDER_KEY)
         judge_calls = MAX_CALLS_PER_JUDGMENT * (2 if audited else 1)
         incumbent_answer = exchange.response.content or ""
-        judge_bound = JudgeInputBound(exchange.request.messages, subject.judge_spec)  # rendered once, used twice
+        judge_bound = JudgeInputBound(exchange.request.messages, subject.judge_spec)  # rendered once, used throughout
         candidate_input_bound = input_tokens_upper_bound(
             json.dumps(request.messages, ensure_ascii=False),
             json.dumps(request.params.get("tools") or [], ensure_ascii=False),
@@ -437,13 +437,15 @@ class CaseRunner:
         per_call_worst = worst_case_micros(subject.judge_price, exact_in, spec.max_tokens)
 
         order = presentation_order(subject.id, case.case_id, key=ORDER_KEY)
+        rendered = judge_bound.conversation_text  # the conversation rendered once for every judge call
         judgments: list[tuple[PairedJudgment, bool]] = [
-            (await self._judge(subject, conversation, incumbent_answer, candidate_answer, order, audit=False), False)
+            (await self._judge(subject, conversation, rendered, incumbent_answer, candidate_answer, order, audit=False),
+             False)
         ]
         if audited:
             judgments.append(
-                (await self._judge(subject, conversation, incumbent_answer, candidate_answer, swapped(order), audit=True),
-                 True)
+                (await self._judge(subject, conversation, rendered, incumbent_answer, candidate_answer, swapped(order),
+                                   audit=True), True)
             )
         judge_charges: list[spend.Charge] = []
         for pj, _ in judgments:
@@ -476,15 +478,15 @@ class CaseRunner:
         return self._finish(case, "judged", score=sum(valid) / len(valid), **common)
 
     async def _judge(
-        self, subject: Subject, conversation: list[dict[str, Any]], incumbent: str, candidate: str, order: Order,
-        *, audit: bool,
+        self, subject: Subject, conversation: list[dict[str, Any]], rendered: str, incumbent: str, candidate: str,
+        order: Order, *, audit: bool,
     ) -> PairedJudgment:
         """One judgment, in its own span (the judge's model calls are its children)."""
         if self.tracer is None:
-            return await subject.judge.judge(conversation, incumbent, candidate, order)
+            return await subject.judge.judge(conversation, incumbent, candidate, order, rendered=rendered)
         with spans.judge_span(self.tracer, order=order, audit=audit,
                               judge_version=subject.record.judge_version_id) as span:
-            pj = await subject.judge.judge(conversation, incumbent, candidate, order)
+            pj = await subject.judge.judge(conversation, incumbent, candidate, order, rendered=rendered)
             spans.end_judgment(span, outcome=judgment_outcome(pj.outcome, pj.score, pj.error), score=pj.score,
                                calls=len(pj.completions))
             return pj

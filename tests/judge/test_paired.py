@@ -159,3 +159,18 @@ def test_the_bound_rendered_once_is_the_bound_of_each_rendered_pair(incumbent: s
     ) + SPEC.max_tokens
     assert JudgeInputBound(conversation, SPEC).bound(incumbent, candidate) == rendered
     assert judge_input_upper_bound(conversation, incumbent, candidate, SPEC) == rendered
+
+
+@pytest.mark.parametrize("order", ["incumbent_first", "candidate_first"])
+async def test_a_judgment_on_the_conversation_rendered_once_sends_the_same_messages(order: Order) -> None:
+    """The engine hands the judge the conversation :class:`JudgeInputBound` rendered (issue 29):
+    the first call and the retry carry exactly the messages the judge renders itself."""
+    conversation = CONVERSATION + [{"role": "assistant", "content": "Ça va — très bien."},
+                                   {"role": "user", "content": [{"type": "text", "text": "Encore ✓"}]}]
+    script = [ok("no label here"), ok("A>B")]
+    own, given = ScriptedCompleter(list(script)), ScriptedCompleter(list(script))
+    first = await PairedJudge(own, SPEC).judge(conversation, INCUMBENT, CANDIDATE, order)
+    rendered = JudgeInputBound(conversation, SPEC).conversation_text
+    second = await PairedJudge(given, SPEC).judge(conversation, INCUMBENT, CANDIDATE, order, rendered=rendered)
+    assert len(own.calls) == 2 and given.calls == own.calls
+    assert (second.outcome, second.score) == (first.outcome, first.score)
