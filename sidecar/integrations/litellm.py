@@ -413,11 +413,19 @@ def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
     call_type = slo.get("call_type")
     if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES or slo.get("status", "success") != "success":
         return False
-    params = _dict(kwargs.get("litellm_params"))
+    params = kwargs.get("litellm_params")
+    if not isinstance(params, dict):
+        params = _EMPTY
     if not (kwargs.get("litellm_call_id") or params.get("litellm_call_id")):
         return False
-    headers = _dict(_dict(params.get("proxy_server_request")).get("headers")) or _dict(
-        _dict(params.get("metadata")).get("headers"))
+    # The headers as exchange_from finds them, each level looked up once (issue 29).
+    proxy_request = params.get("proxy_server_request")
+    headers = proxy_request.get("headers") if isinstance(proxy_request, dict) else None
+    if not (isinstance(headers, dict) and headers):
+        metadata = params.get("metadata")
+        headers = metadata.get("headers") if isinstance(metadata, dict) else None
+        if not isinstance(headers, dict):
+            return True
     return not has_shadow_header(headers)
 
 

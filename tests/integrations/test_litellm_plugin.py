@@ -898,6 +898,27 @@ def test_the_plugins_short_path_sends_what_the_general_mapping_does(plugin: type
     assert cb.stats()["skipped_shadow_call"] >= 2 and cb.stats()["cost_disputed"] >= 1
 
 
+def test_the_down_paths_first_look_tells_the_mappings_skips(plugin: types.ModuleType) -> None:
+    """While the tap is down, a call is dropped unmapped only if the mapping would not have
+    skipped it as not a chat, failed or the sidecar's own: on every variant above, and with
+    the headers only in the metadata (the first look reads them where exchange_from does)."""
+    cb = plugin.ShadowtrialTap(known_prices=MAP_PRICES)
+    variants = list(_variants())
+    for extra in ({"X-Shadowtrial-Shadow": "1"}, {"accept": "x"}, {}):
+        kwargs = kwargs_of("plain_tools")
+        kwargs["litellm_params"]["metadata"]["headers"] = extra
+        kwargs["litellm_params"]["proxy_server_request"]["headers"] = {}
+        variants.append((f"metadata headers {extra!r}", kwargs))
+    for label, kwargs in variants:
+        plain = plugin._plainly_an_exchange(kwargs)
+        _expected, reason = _reference_exchange(cb, kwargs)
+        if reason is None:
+            assert plain, label
+        elif reason in ("not_chat", "failed", "shadow_call"):
+            assert not plain, label
+    assert sum(plugin._plainly_an_exchange(k) for _, k in variants) > 0
+
+
 def test_the_header_flags_read_names_as_litellm_does() -> None:
     """The first look at all the names together never hides a header (issue 29)."""
     assert all(slo._REDACTION_PART in name for name in slo.REDACTION_HEADERS)
