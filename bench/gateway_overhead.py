@@ -129,9 +129,10 @@ import cProfile, gc, json, os, time
 from sidecar.integrations.litellm import proxy_handler_instance as _plugin
 
 _OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugin_cpu.json")
-_ns = {"hook": 0, "background": 0, "calls": 0, "gc_in_hook": 0, "gc_in_hook_n": 0, "gc_all": 0, "gc_all_n": 0}
+_ns = {"hook": 0, "background": 0, "calls": 0, "gc_in_hook": 0, "gc_in_hook_n": 0, "gc_in_map": 0, "gc_in_map_n": 0,
+       "gc_all": 0, "gc_all_n": 0}
 _clock = time.thread_time_ns
-_gc = {"in_hook": False, "t0": 0}
+_gc = {"in_hook": False, "in_map": False, "t0": 0}
 
 
 def _clock_cost():
@@ -157,6 +158,9 @@ def _gc_timer(phase, info):
     if _gc["in_hook"]:
         _ns["gc_in_hook"] += spent
         _ns["gc_in_hook_n"] += 1
+    elif _gc["in_map"]:
+        _ns["gc_in_map"] += spent
+        _ns["gc_in_map_n"] += 1
 
 
 gc.callbacks.append(_gc_timer)
@@ -213,9 +217,15 @@ if _sender is not None:  # a disabled plugin has none
             if _gc["in_hook"]:  # called from the hook: already in the hook's figure
                 return _map(*args)
             t0 = _clock()
+            _gc["in_map"] = True
+            if _PROFILE is not None:
+                _PROFILE.enable()
             try:
                 return _map(*args)
             finally:
+                if _PROFILE is not None:
+                    _PROFILE.disable()
+                _gc["in_map"] = False
                 spent = _clock() - t0 - _COST
                 _ns["background"] += spent
                 _ns["map"] = _ns.get("map", 0) + spent
@@ -571,7 +581,8 @@ def report_plugin_cpu(proxies: list[LiteLLMProxy], profile: int = 0) -> None:
               + (f"  (clock reading {ns['clock_cost'] / 1000:.1f} us, taken off each step)" if "clock_cost" in ns else ""))
         if "gc_all" in ns:
             print(f"    garbage collections: {ns['gc_in_hook_n']} inside the hook, {ns['gc_in_hook'] / calls / 1000:.1f} us "
-                  f"per hook call of the hook's figure; the whole proxy's {ns['gc_all_n']}, "
+                  f"per hook call of the hook's figure; {ns.get('gc_in_map_n', 0)} inside the mapping, "
+                  f"{ns.get('gc_in_map', 0) / calls / 1000:.1f} us per hook call of its figure; the whole proxy's {ns['gc_all_n']}, "
                   f"{ns['gc_all'] / calls / 1000:.1f} us per hook call")
         prof = path.parent / "plugin_cpu.json.prof"
         if profile and prof.exists():

@@ -3,7 +3,7 @@
 A LiteLLM ``CustomLogger``: after LiteLLM has answered a chat completion, its logging
 worker calls ``async_log_success_event``, which keeps the call; a moment later (``flush_s``,
 or once MAP_BATCH wait) the calls kept are mapped to tap exchanges together
-(:func:`sidecar.integrations.slo.to_exchange`), pre-sampled when configured, and offered to a
+(:func:`sidecar.integrations.slo.exchange_of`), pre-sampled when configured, and offered to a
 :class:`~sidecar.integrations.sender.TapSender`: a bounded buffer (by count and
 bytes; a full one sheds the newest) posted to the tap in batches bounded by count and bytes,
 never retried, an oversized exchange dropped alone, every drop counted by reason and
@@ -62,7 +62,7 @@ import httpx
 from sidecar.integrations import litellm_prices
 from sidecar.integrations.litellm_settings import ENV_PREFIX, SettingError, read_settings
 from sidecar.integrations.sender import DROP_REASONS, STATS_HEADER, TapSender
-from sidecar.integrations.slo import CHAT_CALL_TYPES, SHADOW_HEADER, Context, Skip, to_exchange
+from sidecar.integrations.slo import CHAT_CALL_TYPES, Context, Skip, exchange_of, has_shadow_header
 
 __all__ = ["DROP_REASONS", "ENV_PREFIX", "STATS_HEADER", "SettingError", "TapPlugin", "build_from_env"]
 
@@ -77,9 +77,9 @@ LOG_EVERY_S = 60.0
 #: as MAP_BATCH are waiting. Measured inside a LiteLLM proxy (issue 29): mapping and serialising
 #: a call in the hook, right after LiteLLM served it, cost 150-200 us of CPU; the same work
 #: next to other calls 60-110 us (its code stays in the caches from one call to the next; the
-#: proxy's own work between two calls evicts it), and on the same call again about 40 us, as
-#: in a loop outside the proxy. A batch stays short on the event loop: MAP_BATCH calls take a
-#: few ms.
+#: proxy's own work between two calls evicts it: in one turn the first call cost about 190 us,
+#: the others about 45), and on the same call again about 40 us, as in a loop outside the
+#: proxy. A batch stays short on the event loop: MAP_BATCH calls take a few ms.
 MAP_BATCH = 32
 
 SampleFn = Callable[[str, str, float], bool]
@@ -252,11 +252,6 @@ class TapPlugin:
         metadata = params.get("metadata")
         if not isinstance(metadata, dict):
             metadata = _EMPTY
-        model_info = metadata.get("model_info")
-        if not (isinstance(model_info, dict) and model_info):
-            model_info = params.get("model_info")
-            if not isinstance(model_info, dict):
-                model_info = _EMPTY
         proxy_request = params.get("proxy_server_request")
         if not isinstance(proxy_request, dict):
             proxy_request = _EMPTY
@@ -265,31 +260,43 @@ class TapPlugin:
             headers = metadata.get("headers")
             if not isinstance(headers, dict):
                 headers = _EMPTY
-        team = metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team
         call_id = kwargs.get("litellm_call_id") or params.get("litellm_call_id")
         model = metadata.get("model_group")
         model = model if isinstance(model, str) and model else None
-        url = proxy_request.get("url")
         cost_trusted = not _body_sets_price(proxy_request.get("body"))
-        disputed = cost_trusted and litellm_prices.disputed(
-            slo, litellm_prices.known_price(model_info, slo, self._known_prices))
+        # The deployment's price matters only for a positive cost (litellm_prices.disputed is
+        # False for any other), and its zero price only for a zero cost (slo.known_cost): each
+        # is looked up only then.
+        cost = slo.get("response_cost")
+        disputed = zero_cost_known = False
+        if cost_trusted and (type(cost) is float or type(cost) is int):
+            model_info = metadata.get("model_info")
+            if not (isinstance(model_info, dict) and model_info):
+                model_info = params.get("model_info")
+                if not isinstance(model_info, dict):
+                    model_info = _EMPTY
+            if cost:
+                disputed = litellm_prices.disputed(
+                    slo, litellm_prices.known_price(model_info, slo, self._known_prices))
+            else:
+                zero_cost_known = _declares_zero_price(model_info)
         # A missing call id is mapped with a stand-in only to tell a lost exchange from a skipped one.
         no_call_id = not call_id
-        ctx = Context(
-            team=str(team),
-            gateway=self.gateway,
-            exchange_id="-" if no_call_id else str(call_id),
-            model=model,
-            route=_route(url),
-            headers=headers,
-            redacted=_logging_turned_off(kwargs),
-            zero_cost_known=_declares_zero_price(model_info),
-            cost_trusted=cost_trusted and not disputed,
-            key_alias=str(metadata.get("user_api_key_alias") or ""),
+        mapped = exchange_of(
+            slo,
+            str(metadata.get("user_api_key_team_alias") or metadata.get("user_api_key_team_id") or self.default_team),
+            self.gateway,
+            "-" if no_call_id else str(call_id),
+            model,
+            _route(proxy_request.get("url")),
+            headers,
+            _logging_turned_off(kwargs),
+            zero_cost_known,
+            cost_trusted and not disputed,
+            str(metadata.get("user_api_key_alias") or ""),
         )
-        mapped = to_exchange(slo, ctx)
-        if isinstance(mapped, Skip):
-            self._counts[f"skipped_{mapped.reason}"] += 1
+        if type(mapped) is not dict:
+            self._counts[f"skipped_{cast(Skip, mapped).reason}"] += 1
             return None
         if no_call_id:
             # A caller's empty x-litellm-call-id: no identity to make a case of. A real exchange
@@ -297,7 +304,7 @@ class TapPlugin:
             self.sender.drop("no_call_id", 1)
             return None
         if disputed:
-            self._count_disputed(ctx.model)
+            self._count_disputed(model)
         return mapped
 
     def _count_disputed(self, model: str | None) -> None:
@@ -406,15 +413,20 @@ def _plainly_an_exchange(kwargs: Mapping[str, Any]) -> bool:
     call_type = slo.get("call_type")
     if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES or slo.get("status", "success") != "success":
         return False
-    params = _dict(kwargs.get("litellm_params"))
+    params = kwargs.get("litellm_params")
+    if not isinstance(params, dict):
+        params = _EMPTY
     if not (kwargs.get("litellm_call_id") or params.get("litellm_call_id")):
         return False
-    headers = _dict(_dict(params.get("proxy_server_request")).get("headers")) or _dict(
-        _dict(params.get("metadata")).get("headers"))
-    for name in headers:  # has_header(headers, (SHADOW_HEADER,)), without a generator per call
-        if (name.lower() if type(name) is str else str(name).lower()) == SHADOW_HEADER:
-            return False
-    return True
+    # The headers as exchange_from finds them, each level looked up once (issue 29).
+    proxy_request = params.get("proxy_server_request")
+    headers = proxy_request.get("headers") if isinstance(proxy_request, dict) else None
+    if not (isinstance(headers, dict) and headers):
+        metadata = params.get("metadata")
+        headers = metadata.get("headers") if isinstance(metadata, dict) else None
+        if not isinstance(headers, dict):
+            return True
+    return not has_shadow_header(headers)
 
 
 def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:
@@ -422,15 +434,19 @@ def _logging_turned_off(kwargs: Mapping[str, Any]) -> bool:
     litellm = sys.modules.get("litellm")  # the gateway's own module; never imported from here
     if litellm is not None and getattr(litellm, "turn_off_message_logging", False) is True:
         return True
-    dynamic = _dict(kwargs.get("standard_callback_dynamic_params")).get("turn_off_message_logging")
+    dynamic = kwargs.get("standard_callback_dynamic_params")
+    if not dynamic:
+        return False
+    dynamic = _dict(dynamic).get("turn_off_message_logging")
     return dynamic is True or (isinstance(dynamic, str) and dynamic.strip().lower() in ("true", "1", "yes"))
 
 
 def _declares_zero_price(model_info: Mapping[str, Any]) -> bool:
     """Whether the deployment's own ``model_info`` (set by LiteLLM's router from the config,
     not from the request) prices input and output tokens at exactly zero."""
-    prices = (model_info.get("input_cost_per_token"), model_info.get("output_cost_per_token"))
-    return all(type(p) in (int, float) and p == 0 for p in prices)
+    given, taken = model_info.get("input_cost_per_token"), model_info.get("output_cost_per_token")
+    return (type(given) is int or type(given) is float) and given == 0 and (
+        type(taken) is int or type(taken) is float) and taken == 0
 
 
 def _body_sets_price(body: Any) -> bool:
@@ -438,10 +454,11 @@ def _body_sets_price(body: Any) -> bool:
     and the like, ``base_model``): then the logged cost is the caller's figure."""
     if not isinstance(body, dict):
         return False
+    for k in body:  # without a generator per call (this runs once per call, issue 29)
+        if "cost" in (k if type(k) is str else str(k)) or k == "base_model":
+            return True
     metadata = body.get("metadata")
-    return any("cost" in str(k) or k == "base_model" for k in body) or (
-        isinstance(metadata, dict) and "base_model" in metadata
-    )
+    return isinstance(metadata, dict) and "base_model" in metadata
 
 
 def _matches(trial: Mapping[str, Any], exchange: Mapping[str, Any]) -> bool:

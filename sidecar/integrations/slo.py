@@ -25,6 +25,7 @@ from the caller as a :class:`Context`, never from the payload:
 from __future__ import annotations
 
 import math
+from math import isfinite
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -37,6 +38,8 @@ REDACTED = "redacted-by-litellm"
 SHADOW_HEADER = "x-shadowtrial-shadow"
 #: The request headers that ask LiteLLM to keep a call's content out of its logs.
 REDACTION_HEADERS = ("x-litellm-enable-message-redaction", "litellm-enable-message-redaction")
+#: What every name of REDACTION_HEADERS contains (:func:`_header_flags`'s first look).
+_REDACTION_PART = "message-redaction"
 CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
 #: Request parameters passed on to the tap (the candidate is called with them). An
 #: allow-list, so that nothing else a request carried (user ids, metadata, provider
@@ -94,29 +97,66 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
 
     Never raises on odd input (any shape of ``slo``): what the tap would refuse is a
     :class:`Skip`, because the tap refuses a whole batch for one bad exchange."""
-    call_type = slo.get("call_type")
-    if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES:
-        return Skip("not_chat")
-    if slo.get("status", "success") != "success":
-        return Skip("failed")
     # The payload's metadata only for what the caller did not give (the plugin gives it all).
     metadata = _dict(slo.get("metadata")) if ctx.headers is None or ctx.route is None or ctx.key_alias is None else _EMPTY
-    headers = ctx.headers if ctx.headers is not None else _dict(metadata.get("requester_custom_headers"))
+    return exchange_of(
+        slo,
+        ctx.team,
+        ctx.gateway,
+        ctx.exchange_id if ctx.exchange_id is not None else webhook_exchange_id(slo),
+        ctx.model,
+        ctx.route if ctx.route is not None else _text(metadata.get("user_api_key_request_route")),
+        ctx.headers if ctx.headers is not None else _dict(metadata.get("requester_custom_headers")),
+        ctx.redacted,
+        ctx.zero_cost_known,
+        ctx.cost_trusted,
+        ctx.key_alias if ctx.key_alias is not None else metadata.get("user_api_key_alias"),
+    )
+
+
+_NOT_CHAT, _FAILED, _SHADOW_CALL = Skip("not_chat"), Skip("failed"), Skip("shadow_call")
+_INCOMPLETE, _INVALID = Skip("incomplete"), Skip("invalid")
+
+
+def exchange_of(
+    slo: Mapping[str, Any],
+    team: str,
+    gateway: str,
+    exchange_id: str | None,
+    model: str | None,
+    route: str | None,
+    headers: Mapping[str, Any],
+    redacted: bool,
+    zero_cost_known: bool,
+    cost_trusted: bool,
+    key_alias: Any,
+) -> dict[str, Any] | Skip:
+    """:func:`to_exchange` with the :class:`Context` already resolved (``exchange_id``, ``route``,
+    ``headers`` and ``key_alias`` as found; ``model`` None: the payload's ``model_group``, else
+    its ``model``).
+
+    The plugin calls this once per call in the gateway's event loop (issue 29): positional
+    arguments, no Context, and each payload field looked up once."""
+    get = slo.get
+    call_type = get("call_type")
+    if not isinstance(call_type, str) or call_type not in CHAT_CALL_TYPES:
+        return _NOT_CHAT
+    if get("status", "success") != "success":
+        return _FAILED
     shadow, redaction_asked = _header_flags(headers)
     if shadow:
-        return Skip("shadow_call")
-    exchange_id = ctx.exchange_id if ctx.exchange_id is not None else webhook_exchange_id(slo)
-    model = ctx.model or _text(slo.get("model_group")) or _text(slo.get("model"))
-    messages = slo.get("messages")
-    response = slo.get("response")
+        return _SHADOW_CALL
+    model = model or _text(get("model_group")) or _text(get("model"))
+    messages = get("messages")
+    response = get("response")
     if not exchange_id or not model or not isinstance(messages, list) or not isinstance(response, dict):
-        return Skip("incomplete")
+        return _INCOMPLETE
     # One pass over the messages (this runs in the gateway, per call): all objects, any
     # content LiteLLM redacted, any nested value (only then is the nesting walked below).
     nested = redacted_message = False
     for m in messages:
         if not isinstance(m, dict):
-            return Skip("incomplete")
+            return _INCOMPLETE
         if not nested:
             for v in m.values():
                 if isinstance(v, (dict, list)):
@@ -125,41 +165,54 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         if not redacted_message and m.get("content") == REDACTED:
             redacted_message = True
     choices = response.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    message = _dict(choice.get("message"))
-    content = message.get("content")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else _EMPTY
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
     finish_reason = choice.get("finish_reason")
     if not isinstance(finish_reason, str):
         finish_reason = None
     redacted = (
-        ctx.redacted
+        redacted
         or redaction_asked
         or content == REDACTED
         or response.get("text") == REDACTED  # LiteLLM's whole response, redacted
         or redacted_message
     )
+    params: dict[str, Any]
     if redacted:
         messages, params, content = [], {}, None
     else:
         if not choice or not (content is None or isinstance(content, str)):
-            return Skip("incomplete")
-        params = {k: v for k, v in _dict(slo.get("model_parameters")).items() if k in PARAMS}
+            return _INCOMPLETE
+        model_parameters = get("model_parameters")
+        params = (
+            {k: v for k, v in model_parameters.items() if k in PARAMS} if isinstance(model_parameters, dict) else {}
+        )
         # Messages without a nested value cannot nest too deep: only the params are walked then.
-        if not _fit_for_the_tap(messages if nested else [], params):
-            return Skip("invalid")
+        if (nested or params) and not _fit_for_the_tap(messages if nested else [], params):
+            return _INVALID
+    prompt_tokens, completion_tokens = get("prompt_tokens"), get("completion_tokens")
     usage: dict[str, Any] = {
-        "input_tokens": _count(slo.get("prompt_tokens")),
-        "output_tokens": _count(slo.get("completion_tokens")),
+        "input_tokens": prompt_tokens if type(prompt_tokens) is int and prompt_tokens >= 0 else None,
+        "output_tokens": completion_tokens if type(completion_tokens) is int and completion_tokens >= 0 else None,
     }
-    cost = known_cost(slo, zero_is_known=ctx.zero_cost_known, trusted=ctx.cost_trusted)
+    cost = known_cost(slo, zero_is_known=zero_cost_known, trusted=cost_trusted) if cost_trusted else None
     if cost is not None:
         usage["cost_usd"] = cost
-    start, end = _seconds(slo.get("startTime")), _seconds(slo.get("endTime"))
-    route = ctx.route if ctx.route is not None else _text(metadata.get("user_api_key_request_route"))
+    start, end = get("startTime"), get("endTime")
+    if type(start) is not float or not isfinite(start):
+        start = _seconds(start)
+    if type(end) is not float or not isfinite(end):
+        end = _seconds(end)
+    labels = get("request_tags")
+    if labels:
+        tags, _cut = tags_from_labels(labels if isinstance(labels, list) else [], key_alias)
+    else:  # no labels (the usual call): what tags_from_labels makes of the alias alone, without the call
+        tags = {"key_alias": key_alias[:MAX_TAG_VALUE_CHARS]} if isinstance(key_alias, str) and key_alias else {}
     return {
         "exchange_id": exchange_id,
-        "team": ctx.team,
-        "gateway": ctx.gateway,
+        "team": team,
+        "gateway": gateway,
         "route": route or None,
         # The model as the gateway's callers name it (the trial's incumbent).
         "model": model,
@@ -169,7 +222,7 @@ def to_exchange(slo: Mapping[str, Any], ctx: Context) -> dict[str, Any] | Skip:
         "latency_ms": (end - start) * 1000.0 if start is not None and end is not None else None,
         "redacted": redacted,
         # The request's metadata tags and the key's alias, for a trial's tag:NAME segments (issue 27).
-        "tags": _tags(slo, ctx, metadata),
+        "tags": tags,
     }
 
 
@@ -234,8 +287,22 @@ def has_header(headers: Mapping[str, Any], names: tuple[str, ...]) -> bool:
     return any(str(k).lower() in names for k in headers)
 
 
+def has_shadow_header(headers: Mapping[str, Any]) -> bool:
+    """``has_header(headers, (SHADOW_HEADER,))``, looking name by name only when the names,
+    lower-cased together, mention it (see :func:`_header_flags`)."""
+    if SHADOW_HEADER not in "\n".join(map(str, headers)).lower():
+        return False
+    return any((k.lower() if type(k) is str else str(k).lower()) == SHADOW_HEADER for k in headers)
+
+
 def _header_flags(headers: Mapping[str, Any]) -> tuple[bool, bool]:
-    """:func:`has_header` for :data:`SHADOW_HEADER` and :func:`requests_redaction`, in one pass."""
+    """:func:`has_header` for :data:`SHADOW_HEADER` and :func:`requests_redaction`, in one pass.
+
+    Most requests carry neither header: one lower-cased string of all the names tells so in
+    a few C calls (issue 29); only a request naming one of them is looked at name by name."""
+    names = "\n".join(map(str, headers)).lower()
+    if SHADOW_HEADER not in names and _REDACTION_PART not in names:
+        return False, False
     shadow = redaction = False
     for k, v in headers.items():
         name = k.lower() if type(k) is str else str(k).lower()

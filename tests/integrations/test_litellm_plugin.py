@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -815,3 +816,124 @@ async def test_the_drop_reporter_waits_for_a_flush_on_its_way_without_spinning()
     assert tap_sender.counts["sent"] == 1 and tap.attempts == 1  # the batch carried the drop report
     assert checks <= 5, checks
     await tap_sender.aclose()
+
+
+# -- the mapping's short path (issue 29) ------------------------------------------
+
+
+def _reference_exchange(cb: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """What the plugin sends for ``kwargs`` by the general path: its :class:`slo.Context`
+    (``context_of``), the disputed-cost rule applied, then :func:`slo.to_exchange`. The
+    exchange, or None and the skip's reason."""
+    from sidecar.integrations import litellm_prices
+
+    ctx = cb.context_of(kwargs)
+    params = kwargs.get("litellm_params") or {}
+    metadata = params.get("metadata") or {}
+    model_info = metadata.get("model_info") or params.get("model_info") or {}
+    logged = kwargs["standard_logging_object"]
+    if ctx.cost_trusted and litellm_prices.disputed(logged, litellm_prices.known_price(model_info, logged, cb._known_prices)):
+        ctx = dataclasses.replace(ctx, cost_trusted=False)
+    mapped = slo.to_exchange(logged, ctx)
+    return (None, mapped.reason) if isinstance(mapped, slo.Skip) else (mapped, None)
+
+
+def _variants() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every captured call, and changes of the fields the short path decides on."""
+    for path in sorted(FIXTURES.glob("*.json")):
+        yield path.stem, kwargs_of(path.stem)
+    for cost in (0, 0.0, -0.0, -1.0, 1e-4, 45.0, "0.1", True, float("nan"), float("inf"), None):
+        for name in ("plain_tools", "free", "unpriced", "map_priced", "price_in_body"):
+            kwargs = kwargs_of(name)
+            kwargs["standard_logging_object"]["response_cost"] = cost
+            yield f"{name} cost={cost!r}", kwargs
+    headers: list[dict[Any, Any]] = [
+        {"X-ShadowTrial-Shadow": "1"}, {"x-shadowtrial-shadow-not": "1"}, {"X-LiteLLM-Enable-Message-Redaction": ""},
+        {"Litellm-Enable-Message-Redaction": "false"}, {"x-litellm-enable-message-redaction-x": "true"},
+        {5: "x", "x-shadowtrial-shadow": ""}, {}, {"ΑΣ": "1", "x-litellm-enable-message-redaction": "1"},
+    ]
+    for extra in headers:
+        kwargs = kwargs_of("plain_tools")
+        proxy_request = kwargs["litellm_params"]["proxy_server_request"]
+        proxy_request["headers"] = {**proxy_request["headers"], **extra}
+        yield f"headers {extra!r}", kwargs
+    for body in ({"input_cost_per_token": 1}, {"metadata": {"base_model": "x"}}, {7: "x"}, "not a dict"):
+        kwargs = kwargs_of("plain_tools")
+        kwargs["litellm_params"]["proxy_server_request"]["body"] = body
+        yield f"body {body!r}", kwargs
+    for dynamic in (None, {}, {"turn_off_message_logging": " Yes "}, {"turn_off_message_logging": False}, []):
+        kwargs = kwargs_of("plain_tools")
+        kwargs["standard_callback_dynamic_params"] = dynamic
+        yield f"dynamic {dynamic!r}", kwargs
+    for model_info in ({"input_cost_per_token": 0, "output_cost_per_token": 0.0}, {"input_cost_per_token": 0},
+                       {"input_cost_per_token": "0", "output_cost_per_token": 0}, None):
+        kwargs = kwargs_of("free")
+        kwargs["litellm_params"]["metadata"]["model_info"] = model_info
+        kwargs["litellm_params"]["model_info"] = model_info
+        yield f"model_info {model_info!r}", kwargs
+    kwargs = kwargs_of("plain_tools")
+    kwargs["standard_logging_object"]["startTime"] = 17e8
+    kwargs["standard_logging_object"]["endTime"] = float("nan")
+    yield "times", kwargs
+
+
+def test_the_plugins_short_path_sends_what_the_general_mapping_does(plugin: types.ModuleType) -> None:
+    """``exchange_from`` builds the exchange without a Context, looking up the deployment's
+    price only for a cost that needs it (issue 29): on every captured call and on changes of
+    each field it decides on, it sends and skips exactly what ``to_exchange`` over
+    ``context_of`` does."""
+    cb = plugin.ShadowtrialTap(known_prices=MAP_PRICES)
+    for label, kwargs in _variants():
+        expected, reason = _reference_exchange(cb, copy.deepcopy(kwargs))
+        before = cb.stats()
+        got = cb.exchange_from(kwargs)
+        after = cb.stats()
+        if expected is None:
+            assert got is None, label
+            assert after.get(f"skipped_{reason}", 0) == before.get(f"skipped_{reason}", 0) + 1, label
+        else:
+            assert got is not None, label
+            assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True), label
+    # The variants reach each branch: sent with and without a cost, redacted, skipped.
+    assert cb.stats()["skipped_shadow_call"] >= 2 and cb.stats()["cost_disputed"] >= 1
+
+
+def test_the_down_paths_first_look_tells_the_mappings_skips(plugin: types.ModuleType) -> None:
+    """While the tap is down, a call is dropped unmapped only if the mapping would not have
+    skipped it as not a chat, failed or the sidecar's own: on every variant above, and with
+    the headers only in the metadata (the first look reads them where exchange_from does)."""
+    cb = plugin.ShadowtrialTap(known_prices=MAP_PRICES)
+    variants = list(_variants())
+    for extra in ({"X-Shadowtrial-Shadow": "1"}, {"accept": "x"}, {}):
+        kwargs = kwargs_of("plain_tools")
+        kwargs["litellm_params"]["metadata"]["headers"] = extra
+        kwargs["litellm_params"]["proxy_server_request"]["headers"] = {}
+        variants.append((f"metadata headers {extra!r}", kwargs))
+    for label, kwargs in variants:
+        plain = plugin._plainly_an_exchange(kwargs)
+        _expected, reason = _reference_exchange(cb, kwargs)
+        if reason is None:
+            assert plain, label
+        elif reason in ("not_chat", "failed", "shadow_call"):
+            assert not plain, label
+    assert sum(plugin._plainly_an_exchange(k) for _, k in variants) > 0
+
+
+def test_the_header_flags_read_names_as_litellm_does() -> None:
+    """The first look at all the names together never hides a header (issue 29)."""
+    assert all(slo._REDACTION_PART in name for name in slo.REDACTION_HEADERS)
+    cases: list[tuple[dict[Any, Any], tuple[bool, bool]]] = [
+        ({}, (False, False)),
+        ({"Content-Type": "x", "Authorization": "y"}, (False, False)),
+        ({"X-Shadowtrial-Shadow": ""}, (True, False)),
+        ({"x-shadowtrial-shadow-not": "1"}, (False, False)),
+        ({"X-LITELLM-ENABLE-MESSAGE-REDACTION": "false"}, (False, True)),
+        ({"litellm-enable-message-redaction": ""}, (False, False)),  # present but empty: not asked
+        ({"x-litellm-enable-message-redaction-x": "1"}, (False, False)),
+        ({3: "1", b"x-shadowtrial-shadow": "1"}, (False, False)),  # str(b"...") is "b'...'"
+        ({"a": 1, "x-shadowtrial-shadow\nx": 1}, (False, False)),
+    ]
+    for headers, expected in cases:
+        assert slo._header_flags(headers) == expected, headers
+        assert slo.has_shadow_header(headers) == expected[0] == slo.has_header(headers, (slo.SHADOW_HEADER,)), headers
+        assert expected[1] == slo.requests_redaction(headers), headers
