@@ -1,6 +1,6 @@
 """Benchmark: the sidecar's CPU per judged case, read from the sidecar process itself.
 
-    .venv/bin/python bench/engine_case.py [--cases 1000] [--rounds 3] [--concurrency 8] [--otlp [--sample-ratio 1]]
+    .venv/bin/python bench/engine_case.py [--cases 1000] [--rounds 3] [--concurrency 8] [--otlp [--sample-ratio 1]] [--pin]
 
 Three processes, as in ``bench/tap.py`` (whose helpers this reuses): this one
 posts exchanges to the tap; the real :class:`sidecar.app.Sidecar` (temp TOML,
@@ -28,8 +28,13 @@ sidecar's CPU (user + system, from ``/proc``) over that window divided by the
 exchange count is the CPU per exchange; **engine per case = r=1 − r=0**, the
 work a judged case adds on top of ingesting its exchange, shown split into the
 sidecar's main process (tap, admin, forwarding) and the engine's own process. The
-fake provider's CPU per case is shown apart. Reported per round and as the median; speed is
-never asserted (DESIGN.md section 14).
+fake provider's CPU per case is shown apart, and the engine's figure over it: the fake
+provider runs the same code in every run, so that ratio takes out how fast the machine was
+at the time (on a shared 2-core VM the same code's CPU per case moved 1.8x between runs minutes
+apart; the ratio moved 2.2 to 2.4). Reported per round and as the median; speed is
+never asserted (DESIGN.md section 14). ``--pin`` places the processes as ``bench/tap.py --pin``
+does: this process and the sidecar's main process on CPU 0, the engine's process and the fake
+provider on CPU 1.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from aiohttp import web
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tap import (  # noqa: E402
-    HOST, Child, _proc_cpu, _wait_for_stop, body_maker, create_trial, run_fake_provider, run_sidecar, trial_funnel,
+    ENGINE_CPU, HOST, TAP_CPU, Child, _proc_cpu, _wait_for_stop, body_maker, create_trial, pin, run_fake_provider,
+    run_sidecar, trial_funnel,
 )
 from tap import settle as settle_shared  # noqa: E402
 
@@ -162,6 +168,10 @@ async def one_run(
     with tempfile.TemporaryDirectory(prefix="shadowtrial-bench-") as tmp:
         sidecar = shared or Child(run_sidecar, fake.hello, tmp, 10_000, 16, extra)
         try:
+            if args.pin:
+                pin(sidecar.proc.pid, TAP_CPU)
+                if sidecar.engine_pid:
+                    pin(sidecar.engine_pid, ENGINE_CPU)
             tap_url = sidecar.hello["tap_url"] + "/v1/exchanges"
             admin = sidecar.hello["admin_url"]
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) as session:
@@ -183,6 +193,11 @@ async def one_run(
     if cpu0 is None or cpu1 is None or fake0 is None or fake1 is None:
         raise RuntimeError("needs /proc to read the children's CPU time")
     return Run(rate, args.cases, cpu1 - cpu0, eng1 - eng0, fake1 - fake0, t1 - t0, funnel)
+
+
+def _ratio(ratios: list[float]) -> str:
+    """The median of ``ratios``, or ``n/a`` where no round read the fake provider's CPU."""
+    return f"{statistics.median(ratios):.2f}" if ratios else "n/a"
 
 
 def _engine_cpu(sidecar: Child) -> float:
@@ -232,9 +247,13 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
     """``servers``: those ``fork_servers`` started (``--quick``); by default a fresh sidecar per run."""
     servers = servers or Servers(Child(run_fake_provider), Child(run_otlp_sink) if args.otlp else None)
     fake, shared = servers.fake, servers.shared
+    if args.pin:
+        pin(os.getpid(), TAP_CPU)
+        pin(fake.proc.pid, ENGINE_CPU)
     extra = _telemetry(args, servers.sink)
     engine: list[float] = []
     fake_per_case: list[float] = []
+    ratio: list[float] = []  # engine per case / fake provider per case: the machine's speed taken out
     try:
         for r in range(args.rounds):
             sampled = await one_run(fake, 1.0, args, f"{r}s", extra, shared)
@@ -243,11 +262,15 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
             in_engine = sampled.engine_us_per_exchange - unsampled.engine_us_per_exchange
             engine.append(per_case)
             fake_per_case.append(sampled.fake_cpu_s / sampled.cases * 1e6)
+            if fake_per_case[-1] > 0:  # a short run can read no tick of the fake provider's CPU
+                ratio.append(per_case / fake_per_case[-1])
             print(
                 f"round {r + 1}: r=1 {sampled.us_per_exchange:.0f} µs/exchange ({sampled.seconds:.1f} s), "
                 f"r=0 {unsampled.us_per_exchange:.0f} µs/exchange -> engine {per_case:.0f} µs per judged case "
                 f"(engine process {in_engine:.0f}, main process {per_case - in_engine:.0f}); "
-                f"fake provider {fake_per_case[-1]:.0f} µs per case; funnel {sampled.funnel}",
+                f"fake provider {fake_per_case[-1]:.0f} µs per case "
+                f"(engine / fake provider {_ratio([per_case / fake_per_case[-1]] if fake_per_case[-1] > 0 else [])}); "
+                f"funnel {sampled.funnel}",
                 flush=True,
             )
     finally:
@@ -258,7 +281,9 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
     print(
         f"\nmedian of {args.rounds}: engine CPU per judged case {statistics.median(engine):.0f} µs "
         f"(sidecar process, r=1 minus r=0); fake provider {statistics.median(fake_per_case):.0f} µs per case; "
-        f"{args.cases} cases per run, concurrency {args.concurrency}; {telemetry}; load average {load}"
+        f"engine / fake provider {_ratio(ratio)}; "
+        f"{args.cases} cases per run, concurrency {args.concurrency}; {telemetry}; "
+        f"{'pinned (tap on CPU 0, engine on CPU 1)' if args.pin else 'unpinned'}; load average {load}"
     )
     return 0
 
@@ -280,8 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--otlp", action="store_true", help="export traces and metrics to a loopback OTLP/HTTP sink")
     p.add_argument("--export-interval", type=float, default=5.0, help="metric export interval with --otlp (s)")
     p.add_argument("--sample-ratio", type=float, default=1.0, help="share of cases traced with --otlp (default 1)")
+    p.add_argument(
+        "--pin", action="store_true",
+        help="as bench/tap.py --pin: this process and the sidecar's main process (the tap) on CPU 0, the engine's "
+             "process and the fake provider on CPU 1 (needs 2 CPUs)",
+    )
     _quick(p, argv, cases=20, warmup=5, rounds=1)
     args = p.parse_args(argv)
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        p.error("--pin needs 2 CPUs this process may run on")
     return asyncio.run(amain(args, fork_servers(args) if args.quick else None))
 
 

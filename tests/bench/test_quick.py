@@ -31,7 +31,8 @@ FIGURES: dict[str, str | tuple[str, ...]] = {
     "corpus_runs.py": (r"\| null \| pref \(paired_judge\) \| \d+ x 2 \| [^|]+ \|[\s\S]*"
                        r"200 items x 2 with the paired judge: refused, comparison_invocation_limit"),
     "collector_capacity.py": r"one collector replica into PostgreSQL: [\d,]+ records/s",
-    "engine_case.py": r"engine CPU per judged case -?\d+ µs",
+    "engine_case.py": (r"engine CPU per judged case -?\d+ µs",
+                       r"engine / fake provider (-?\d+\.\d\d|n/a); [^\n]*; unpinned; load average"),
     # Every row of the full mode (all its proxies; --quick forks them from one LiteLLM import).
     "gateway_overhead.py": (
         *(rf"\n{row} +\d+ +0 +\d+\.\d+ +\d+\.\d+ +\d+\.\d{{3}} +\d+\.\d{{3}} +\d+\.\d +\d+\.\d{{3}} +\d+\.\d{{3}} +[+-]\d"
