@@ -148,12 +148,7 @@ def run_group(conn: sqlite3.Connection, fns: Sequence[Callable[[sqlite3.Connecti
             out.append((True, result))
         conn.execute("COMMIT")
     except BaseException as exc:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-        return [(False, exc)] * len(fns)
+        return _abandoned(conn, exc, len(fns))
     return out
 
 
@@ -177,13 +172,19 @@ def _run_plain(conn: sqlite3.Connection,
                 return None
         conn.execute("COMMIT")
     except BaseException as exc:
-        if conn.in_transaction:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-        return [(False, exc)] * len(fns)
+        return _abandoned(conn, exc, len(fns))
     return out
+
+
+def _abandoned(conn: sqlite3.Connection, exc: BaseException, n: int) -> list[tuple[bool, Any]]:
+    """The outcome of a group of ``n`` writes that all failed with ``exc``: its transaction, if
+    still open, rolled back quietly (the error reported is the one the writes met)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+    return [(False, exc)] * n
 
 
 def _settle(settled: Sequence[tuple[asyncio.Future[Any], bool, Any]]) -> None:
