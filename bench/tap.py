@@ -69,6 +69,7 @@ import importlib
 import json
 import logging
 import resource
+import statistics
 import multiprocessing as mp
 import os
 import sys
@@ -457,6 +458,8 @@ class Phase:
     extra: dict[str, Any]
     #: The server's own process only (the tap's, without the engine's process beside it).
     own_cpu_s: float | None = None
+    #: Which of ``--rounds`` measured it (the floor of the same round is a tap's reference).
+    round: int = 0
 
     @property
     def exchanges_per_s(self) -> float:
@@ -1164,6 +1167,7 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
                             pin(ref.proc.pid, TAP_CPU)
                         try:
                             phases.append(await run_phase(ref_name, mode, ref, per_request, args, f"{tag}{r}{ref_name}"))
+                            phases[-1].round = r
                         finally:
                             if ref is not refs.get(decode):
                                 ref.stop()
@@ -1173,6 +1177,7 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
                         try:
                             async with lease as tap:
                                 phases.append(await run_phase(name, mode, tap, per_request, args, f"{tag}{r}{i}", rate))
+                                phases[-1].round = r
                         finally:
                             _echo_log(name, lease.log)
                     print(f"round {r + 1}/{args.rounds} done: {mode}", file=sys.stderr, flush=True)
@@ -1183,6 +1188,8 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
         fake_calls = servers.stop()
     if phases:
         report(best_of(phases), args, fake_calls, (load_before, load_mid))
+        if args.rounds > 1:
+            report_rounds(phases)
     if engine_phases:
         report_starvation(engine_phases, args, (load_mid, _loadavg()))
     ok = all(p.load.errors == 0 for p in phases) and all(
@@ -1196,6 +1203,28 @@ def _echo_log(name: str, reply: Any) -> None:
     if isinstance(reply, dict):
         for line in reply.get("running", []) + reply.get("stopping", []):
             print(f"[{name}] {line}", file=sys.stderr)
+
+
+def floor_ratios(phases: list[Phase]) -> dict[tuple[str, str], list[float]]:
+    """Per (mode, tap), the tap process's CPU per exchange over the floor's of the same round, one
+    per round: on a shared machine the floor moves between rounds, and so does a tap beside it."""
+    floors = {(p.mode, p.round): p.own_us_per_exchange for p in phases if p.name == "floor"}
+    out: dict[tuple[str, str], list[float]] = {}
+    for p in phases:
+        floor = floors.get((p.mode, p.round))
+        if p.name in ("reference", "floor") or not floor or not p.own_us_per_exchange:
+            continue
+        out.setdefault((p.mode, p.name), []).append(p.own_us_per_exchange / floor)
+    return out
+
+
+def report_rounds(phases: list[Phase]) -> None:
+    """``--rounds`` > 1: each tap's ratio to the floor round by round, and their median (the
+    table above takes each row's best round, which need not be the same round for a tap and its floor)."""
+    print("\nper round, tap process CPU per exchange / floor's in the same round:")
+    for (mode, name), ratios in floor_ratios(phases).items():
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"  {mode:<27}{name:<9} median {statistics.median(ratios):.2f}x over {len(ratios)} rounds ({each})")
 
 
 def best_of(phases: list[Phase]) -> list[Phase]:

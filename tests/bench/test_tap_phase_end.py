@@ -7,28 +7,7 @@ benchmark printed "in flight 4 ... TIMED OUT" and its quick test failed.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-@pytest.fixture(scope="module")
-def tap() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_tap_under_test", BENCH / "tap.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        del sys.modules[spec.name]
-
 
 def sample(tap: ModuleType, *, sampled: int, depth: int, in_flight: int, outcomes: dict[str, int]) -> object:
     meter = tap.Meter(None, {}, None, 0.0, None)
