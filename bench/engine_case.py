@@ -31,7 +31,7 @@ sidecar's main process (tap, admin, forwarding) and the engine's own process. Th
 fake provider's CPU per case is shown apart, and the engine's figure over it: the fake
 provider runs the same code in every run, so that ratio takes out how fast the machine was
 at the time (on a shared 2-core VM the same code's CPU per case moved 1.8x between runs minutes
-apart; the ratio moved 2.2 to 2.4). Reported per round and as the median; speed is
+apart; the ratio moved 2.2 to 2.5). Reported per round and as the median; speed is
 never asserted (DESIGN.md section 14). ``--pin`` places the processes as ``bench/tap.py --pin``
 does: this process and the sidecar's main process on CPU 0, the engine's process and the fake
 provider on CPU 1.
@@ -262,14 +262,15 @@ async def amain(args: argparse.Namespace, servers: Servers | None = None) -> int
             in_engine = sampled.engine_us_per_exchange - unsampled.engine_us_per_exchange
             engine.append(per_case)
             fake_per_case.append(sampled.fake_cpu_s / sampled.cases * 1e6)
-            if fake_per_case[-1] > 0:  # a short run can read no tick of the fake provider's CPU
-                ratio.append(per_case / fake_per_case[-1])
+            # A short run can read no tick of the fake provider's CPU: no ratio for that round.
+            this_ratio = [per_case / fake_per_case[-1]] if fake_per_case[-1] > 0 else []
+            ratio += this_ratio
             print(
                 f"round {r + 1}: r=1 {sampled.us_per_exchange:.0f} µs/exchange ({sampled.seconds:.1f} s), "
                 f"r=0 {unsampled.us_per_exchange:.0f} µs/exchange -> engine {per_case:.0f} µs per judged case "
                 f"(engine process {in_engine:.0f}, main process {per_case - in_engine:.0f}); "
                 f"fake provider {fake_per_case[-1]:.0f} µs per case "
-                f"(engine / fake provider {_ratio([per_case / fake_per_case[-1]] if fake_per_case[-1] > 0 else [])}); "
+                f"(engine / fake provider {_ratio(this_ratio)}); "
                 f"funnel {sampled.funnel}",
                 flush=True,
             )
