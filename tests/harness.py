@@ -36,6 +36,11 @@ CANDIDATE = "cand-model"
 JUDGE = "judge-model"
 
 PRICES = {INCUMBENT: (2.0, 8.0), CANDIDATE: (0.5, 2.0), JUDGE: (1.0, 4.0)}
+#: How long a gateway plugin (or its sender) in a test that needs every POST to reach the
+#: sidecar may wait for one. The plugin's own default (0.5 s: a gateway never waits on the
+#: sidecar) was passed by a loaded CI worker, and the plugin then dropped the exchanges
+#: ``timeout``, as it should (tests/integrations/test_litellm_plugin.py shows both).
+DELIVERY_TIMEOUT_S = 30.0
 
 
 @functools.cache

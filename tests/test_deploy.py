@@ -24,7 +24,7 @@ import pytest
 from policies.sampling import is_sampled
 from sidecar.config import load_config
 from sidecar.ingest.wire import decode_exchanges
-from tests.harness import INCUMBENT, Harness, wait_for
+from tests.harness import DELIVERY_TIMEOUT_S, INCUMBENT, Harness, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -220,7 +220,8 @@ def test_callback_builds_a_tap_exchange(callback_module: types.ModuleType) -> No
 async def test_callback_hands_exchanges_to_the_real_tap(tmp_path: Path, callback_module: types.ModuleType) -> None:
     async with Harness(tmp_path) as h:
         trial = await h.create_trial(sample_rate=0.0)
-        cb = callback_module.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", batch_size=7, flush_s=0.01)
+        cb = callback_module.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", batch_size=7, flush_s=0.01,
+                                           timeout_s=DELIVERY_TIMEOUT_S)
         for i in range(20):
             await cb.async_log_success_event(litellm_kwargs(i), None, None, None)
         await cb.async_log_success_event(litellm_kwargs(99, content="redacted-by-litellm"), None, None, None)
@@ -246,6 +247,7 @@ async def test_callback_presampling_agrees_with_the_sidecar(tmp_path: Path, call
         trial = await h.create_trial(sample_rate=0.3)
         cb = callback_module.ShadowtrialTap(
             h.sidecar.tap_url + "/v1/exchanges", admin_url=h.sidecar.admin_url, flush_s=0.01,
+            timeout_s=DELIVERY_TIMEOUT_S,
         )
         await cb._refresh_trials()  # the first read, which would otherwise run in the background
         assert cb._is_sampled is is_sampled

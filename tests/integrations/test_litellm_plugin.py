@@ -32,19 +32,36 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from sidecar.ingest import screen
 from sidecar.ingest.plugin_stats import MAX_INSTANCES, PluginStats
 from sidecar.ingest.wire import decode_exchanges
 from sidecar.integrations import sender, slo
-from tests.harness import INCUMBENT, Harness, wait_for
+from tests.harness import DELIVERY_TIMEOUT_S, INCUMBENT, Harness, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "litellm" / "kwargs"
+
+
+@pytest_asyncio.fixture
+async def taps(plugin: types.ModuleType) -> AsyncIterator[Callable[..., Any]]:
+    """``taps(url, **settings)``: a plugin posting to a real sidecar, with DELIVERY_TIMEOUT_S unless
+    the test sets ``timeout_s``; each is closed when the test ends, even one that failed before its
+    own ``aclose`` (else its connection is collected during a later test, whose warnings check fails)."""
+    made: list[Any] = []
+
+    def make(url: str, **settings: Any) -> Any:
+        made.append(plugin.ShadowtrialTap(url, **{"timeout_s": DELIVERY_TIMEOUT_S, **settings}))
+        return made[-1]
+
+    yield make
+    for cb in made:
+        await cb.aclose()  # a second close does nothing
 
 
 def kwargs_of(name: str) -> dict[str, Any]:
@@ -283,12 +300,14 @@ def test_item3_the_exchange_id_is_litellm_call_id(plugin: types.ModuleType) -> N
     assert "skipped_incomplete" not in cb.stats()
 
 
-async def test_item10_an_empty_call_id_is_a_drop_the_sidecar_counts(tmp_path: Path, plugin: types.ModuleType) -> None:
+async def test_item10_an_empty_call_id_is_a_drop_the_sidecar_counts(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any],
+) -> None:
     """A caller's empty ``x-litellm-call-id`` leaves LiteLLM's call id empty: the exchange cannot
     be a case, and the sidecar's ``/metrics`` counts it with the other drops (it used to be a
     skip only the plugin's own ``stats()`` knew of). What is not an exchange anyway stays a skip."""
     async with Harness(tmp_path) as h:
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05, stats_every_s=0.05)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05, stats_every_s=0.05)
         for i in range(3):
             kwargs = small_kwargs(i)
             kwargs["litellm_call_id"] = kwargs["litellm_params"]["litellm_call_id"] = ""
@@ -309,11 +328,13 @@ async def test_item10_an_empty_call_id_is_a_drop_the_sidecar_counts(tmp_path: Pa
         await cb.aclose()
 
 
-async def test_item3_repeated_upstream_ids_stay_distinct_cases(tmp_path: Path, plugin: types.ModuleType) -> None:
+async def test_item3_repeated_upstream_ids_stay_distinct_cases(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any],
+) -> None:
     """An upstream restarted: its response ids repeat, LiteLLM's call ids do not."""
     async with Harness(tmp_path) as h:
         trial = await h.create_trial(sample_rate=1.0)
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.01)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.01)
         first = kwargs_of("plain_tools")
         again = copy.deepcopy(first)
         again["litellm_call_id"] = again["litellm_params"]["litellm_call_id"] = "another-call"
@@ -326,6 +347,37 @@ async def test_item3_repeated_upstream_ids_stay_distinct_cases(tmp_path: Path, p
         assert "duplicate" not in view["funnel"]["outcomes"], view["funnel"]
         assert h.runtime.counters["cases_sampled"] == 2
 
+
+
+@pytest.mark.parametrize("timeout_s", [None, 0.5])
+async def test_a_delivery_test_survives_a_sidecar_stalled_past_the_plugins_default_timeout(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+    timeout_s: float | None,
+) -> None:
+    """What a loaded CI worker did to ``test_item3_...``: the sidecar's loop (here the test's own)
+    stalled while a POST was in flight, longer than the plugin's default 0.5 s, and the plugin
+    dropped the exchange ``timeout``. The ``taps`` fixture's plugins wait DELIVERY_TIMEOUT_S, so a
+    test that needs its POSTs delivered does not fail on the machine's pace; with the default
+    timeout (the second case) the same stall is a drop, which is why the fixture exists."""
+    import sidecar.api.tap as tap_api
+
+    real_ingest = tap_api.ingest
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.7)  # the loop stalls inside the tap's handler; not a wait for anything
+        return real_ingest(*args, **kwargs)
+
+    monkeypatch.setattr(tap_api, "ingest", stalled)
+    async with Harness(tmp_path) as h:
+        settings = {} if timeout_s is None else {"timeout_s": timeout_s}
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.01, **settings)
+        await cb.async_log_success_event(small_kwargs(0), None, None, None)
+        await wait_for(lambda: _true(cb.stats().get("sent", 0) + cb.stats().get("dropped_timeout", 0) == 1),
+                       what="the exchange sent or dropped")
+        if timeout_s is None:
+            assert cb.stats().get("sent") == 1 and "dropped_timeout" not in cb.stats()
+        else:
+            assert cb.stats().get("dropped_timeout") == 1 and "sent" not in cb.stats()
 
 # -- item 4: redaction ---------------------------------------------------------------
 
@@ -390,10 +442,12 @@ class Recording(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def test_item5_an_oversized_exchange_is_dropped_alone(tmp_path: Path, plugin: types.ModuleType) -> None:
+async def test_item5_an_oversized_exchange_is_dropped_alone(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any],
+) -> None:
     """20 small requests and one 4.5 MB prompt: the tap gets the 20 (the old callback: 0 of 21)."""
     async with Harness(tmp_path) as h:  # the tap's default max_body_bytes, 4 MiB
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05)
         for i in range(10):
             await cb.async_log_success_event(small_kwargs(i), None, None, None)
         await cb.async_log_success_event(big_kwargs(0, 4_500_000), None, None, None)
@@ -406,13 +460,15 @@ async def test_item5_an_oversized_exchange_is_dropped_alone(tmp_path: Path, plug
         assert h.runtime.counters["tap_rejected_too_large"] == 0  # never sent, so never a 413
 
 
-async def test_item5_a_413_splits_the_batch_and_a_big_exchange_goes_alone(tmp_path: Path, plugin: types.ModuleType) -> None:
+async def test_item5_a_413_splits_the_batch_and_a_big_exchange_goes_alone(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any],
+) -> None:
     """The plugin believes the tap takes 4 MiB, the tap takes 300 kB: a 413 for a batch of
     several splits it, and only the exchange the tap cannot take is dropped. One larger than a
     batch but within the tap's limit is sent alone."""
     async with Harness(tmp_path, max_body_bytes=300_000) as h:
         recording = Recording()
-        cb = plugin.ShadowtrialTap(
+        cb = taps(
             h.sidecar.tap_url + "/v1/exchanges", flush_s=0.05, batch_bytes=100_000, transport=recording,
         )
         events = [small_kwargs(i) for i in range(10)] + [big_kwargs(0, 400_000), big_kwargs(1, 150_000)]
@@ -497,14 +553,14 @@ async def test_a_tap_that_is_down_is_left_alone_for_a_back_off(
 
 
 async def test_the_hook_only_keeps_the_call_and_maps_later_in_short_batches(
-    tmp_path: Path, plugin: types.ModuleType, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The hook runs in the gateway right after each call; mapping and serialising there cost
     the proxy about 150 us a call (issue 29). It now only keeps the kwargs: the calls are
     mapped together ``flush_s`` later, or as soon as MAP_BATCH wait, at most MAP_BATCH in one
     turn of the event loop."""
     async with Harness(tmp_path) as h:
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", flush_s=3600)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", flush_s=3600)
         mapped: list[str] = []
         turns: list[int] = []
         exchange_from, map_pending = cb.exchange_from, cb._map_pending
@@ -608,9 +664,11 @@ async def test_while_the_tap_is_down_exchanges_are_dropped_unmapped_and_skips_st
 # -- item 6: drops as metrics ----------------------------------------------------------------
 
 
-async def test_item6_drops_reach_the_sidecar_in_the_stats_header(tmp_path: Path, plugin: types.ModuleType) -> None:
+async def test_item6_drops_reach_the_sidecar_in_the_stats_header(
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any],
+) -> None:
     async with Harness(tmp_path) as h:
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", max_buffer=2, flush_s=0.05)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", max_buffer=2, flush_s=0.05)
         for i in range(5):  # one tick: the first two are buffered, three are shed
             await cb.async_log_success_event(small_kwargs(i), None, None, None)
         assert cb.stats_header() == json.dumps(
@@ -618,7 +676,7 @@ async def test_item6_drops_reach_the_sidecar_in_the_stats_header(tmp_path: Path,
         await wait_for(lambda: _true(cb.stats().get("sent", 0) == 2), what="2 exchanges sent")
         assert await metric(h, 'shadowtrial_plugin_dropped_total{reason="buffer_full"}') == 3
         # A second instance adds up; counts are cumulative per instance, never double-counted.
-        other = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", max_buffer=1, flush_s=0.05)
+        other = taps(h.sidecar.tap_url + "/v1/exchanges", max_buffer=1, flush_s=0.05)
         for i in range(3):
             await other.async_log_success_event(small_kwargs(i), None, None, None)
         await wait_for(lambda: _true(other.stats().get("sent", 0) == 1), what="1 exchange sent")
@@ -631,10 +689,10 @@ async def test_item6_drops_reach_the_sidecar_in_the_stats_header(tmp_path: Path,
 
 
 async def test_item6_drops_with_nothing_queued_are_reported_by_an_empty_batch(
-    tmp_path: Path, plugin: types.ModuleType
+    tmp_path: Path, plugin: types.ModuleType, taps: Callable[..., Any]
 ) -> None:
     async with Harness(tmp_path) as h:
-        cb = plugin.ShadowtrialTap(h.sidecar.tap_url + "/v1/exchanges", tap_max_bytes=100, stats_every_s=0.05)
+        cb = taps(h.sidecar.tap_url + "/v1/exchanges", tap_max_bytes=100, stats_every_s=0.05)
         for i in range(4):  # each is too large for the tap: dropped, nothing is queued
             await cb.async_log_success_event(small_kwargs(i), None, None, None)
         assert cb.stats()["dropped_too_large"] == 4 and cb.stats().get("queued", 0) == 0

@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.integrations import sender
 from sidecar.integrations.tap_http import TapConnection, TapTimeout, TapUnreachable
-from tests.harness import Harness
+from tests.harness import DELIVERY_TIMEOUT_S, Harness
 from tests.ports import reserved_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -138,7 +138,7 @@ async def test_the_sender_posts_to_the_real_tap_without_an_httpx_client(tmp_path
     """httpx spent about 2.7 ms of the gateway's CPU per POST; the batches now go over the
     hand-written connection (httpx stays for the admin reads and tests' transports)."""
     async with Harness(tmp_path) as h:
-        s = sender.TapSender(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.0)
+        s = sender.TapSender(h.sidecar.tap_url + "/v1/exchanges", flush_s=0.0, timeout_s=DELIVERY_TIMEOUT_S)
         s.drop("no_call_id", 1)
         from tests.integrations.test_litellm_plugin import small_kwargs  # the captured kwargs, mapped
         from sidecar.integrations.litellm import TapPlugin
