@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from policies.sampling import sampler
 from sidecar.ingest.claims import Claim
+from sidecar.ingest.fast_decode import decode_fast
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.ingest.handoff import Handoff
 from sidecar.ingest.journal import Journal
@@ -77,8 +78,8 @@ def ingest(parts: IntakeParts, body: bytes, content_type: str, teams: frozenset[
     once the sink closed: stopping, or its engine's process died). ``teams``: the
     teams the gateway's credential may report (None: any); an exchange for another
     team is refused and counted, never matched."""
-    decoded = decode_body(body, content_type)
-    return offer(parts, screen_exchanges(decoded.exchanges, decoded.where), teams)
+    decoded = decode_fast(body, content_type) or decode_body(body, content_type)
+    return offer(parts, screen_exchanges(decoded.exchanges, decoded.where, decoded.plain), teams)
 
 
 def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None = None) -> TapReply:

@@ -106,6 +106,15 @@ class DecodeError(ValueError):
 
 _one = msgspec.json.Decoder(Exchange)
 _many = msgspec.json.Decoder(list[Exchange])
+
+#: The bounds of the gateway's figures (:mod:`sidecar.ingest.screen` excludes what is outside,
+#: :mod:`sidecar.ingest.fast_decode` decodes within): a token count (ten times the largest
+#: context window offered), the cost of one exchange in US dollars, the served latency in
+#: milliseconds (a day).
+MAX_TOKEN_FIGURE = 10**8
+MAX_COST_USD = 10_000.0
+MAX_LATENCY_MS = 86_400_000.0
+
 _PATH_MARK = " - at `"
 
 
@@ -165,14 +174,20 @@ def decode_batch(body: bytes, content_type: str = "") -> list[tuple[str, Exchang
 
 class Decoded(NamedTuple):
     """A decoded batch: its exchanges, and ``where(i)``, the JSON path of the ``i``-th in the
-    body (``$``, ``$[3]``, ``line 4: $``), computed only when an error needs it."""
+    body (``$``, ``$[3]``, ``line 4: $``), computed only when an error needs it.
+
+    ``plain``: the decoder found every gateway figure within its bound, and no object or array
+    in any message or parameter (:mod:`sidecar.ingest.fast_decode`), so
+    :mod:`sidecar.ingest.screen` checks only what is left."""
 
     exchanges: list[Exchange]
     where: Callable[[int], str]
+    plain: bool = False
 
 
 def decode_body(body: bytes, content_type: str = "") -> Decoded:
-    """:func:`decode_batch` without building every exchange's path (the tap's hot path)."""
+    """:func:`decode_batch` without building every exchange's path (the tap's hot path, after
+    :func:`sidecar.ingest.fast_decode.decode_fast`)."""
     try:
         check_utf8(body, content_type)
         return _decode_batch(body, content_type)
@@ -180,11 +195,11 @@ def decode_body(body: bytes, content_type: str = "") -> Decoded:
         raise DecodeError(_TOO_DEEP, "$") from None
 
 
-def _root(_i: int) -> str:
+def root_path(_i: int) -> str:
     return "$"
 
 
-def _item(i: int) -> str:
+def item_path(i: int) -> str:
     return f"$[{i}]"
 
 
@@ -282,8 +297,8 @@ def _decode_batch(body: bytes, content_type: str) -> Decoded:
     if not ndjson:
         try:
             if stripped[:1] == b"[":
-                return Decoded(_many.decode(body), _item)
-            return Decoded([_one.decode(body)], _root)
+                return Decoded(_many.decode(body), item_path)
+            return Decoded([_one.decode(body)], root_path)
         except msgspec.ValidationError as exc:
             # NDJSON without the header whose *first* line is invalid fails here before the
             # decoder reaches the second document; read it line by line so the error names
