@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from functools import lru_cache
 from operator import attrgetter
 from typing import Callable, Mapping, Protocol, Sequence
 
@@ -130,7 +131,7 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
                     not_sampled[route.trial_id] = len(exchanges)
             for route in sampling:
                 trial_id = route.trial_id
-                pick = sampler(trial_id, route.sample_rate)
+                pick = _sampler(trial_id, route.sample_rate)
                 picked = [ex for ex in exchanges if pick(ex.exchange_id)]
                 if len(picked) < len(exchanges):
                     not_sampled[trial_id] = len(exchanges) - len(picked)
@@ -158,7 +159,7 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
             for route in routes.match(ex):
                 decide = deciders.get(route.trial_id)
                 if decide is None:
-                    decide = deciders[route.trial_id] = sampler(route.trial_id, route.sample_rate)
+                    decide = deciders[route.trial_id] = _sampler(route.trial_id, route.sample_rate)
                 plan.append((route.trial_id, decide, route.execution_site, route.decided, route.favour))
                 # sampler: rate 0 never samples; a segment short of its minimum may still be taken
                 never = never and route.sample_rate == 0.0 and route.favour is None
@@ -215,6 +216,10 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     parts.counters.cases_shed += shed
     return TapReply(accepted=len(exchanges), sampled=sampled, shed=shed, refused=refused)
 
+
+#: A trial's sampling decision, built once per (trial, rate) rather than per batch (its keyed hash
+#: state costs as much as hashing a few exchanges; issue 29). Bounded: a rate change adds an entry.
+_sampler = lru_cache(maxsize=1024)(sampler)
 
 #: An exchange's routing key (what :meth:`Routes.match` reads) and its redaction flag, read in C.
 _KEY = tuple(attrgetter(name) for name in ("team", "model", "route", "gateway"))

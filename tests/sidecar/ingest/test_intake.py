@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from policies.sampling import is_sampled
+
 from sidecar.ingest import intake
 from sidecar.ingest.claims import Claim
 from sidecar.ingest.funnel import FunnelCounter
@@ -70,6 +72,17 @@ def test_a_one_key_batch_is_decided_whole_at_rate_zero_and_per_exchange_once_red
     assert (reply.accepted, reply.sampled) == (4, 0)
     nobody = offer(parts, Screened([_ex(i, "u", "m") for i in range(3)], Counter()))
     assert (nobody.accepted, nobody.sampled, parts.counters.exchanges_received) == (3, 0, 21)
+
+
+@pytest.mark.parametrize("one_key", [True, False], ids=["decided-whole", "per-exchange"])
+def test_a_trials_rate_change_changes_its_decisions_at_the_next_batch(one_key: bool) -> None:
+    # Intake keeps a trial's sampling decision between batches (built once per trial and rate):
+    # the next batch after a rate change is decided at the new rate, exactly as is_sampled says.
+    batch = [_ex(i, "t", "m", route="/r" if one_key or i % 2 else "/s") for i in range(400)]
+    for rate in (0.05, 0.5, 0.05, 1.0):
+        parts = _parts(Route("trial", "t", "m", None, None, rate, "local"))
+        reply = offer(parts, Screened(batch, Counter()))
+        assert reply.sampled == sum(is_sampled("trial", ex.exchange_id, rate) for ex in batch), rate
 
 
 class _SpyJournal:
