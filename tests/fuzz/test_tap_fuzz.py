@@ -24,10 +24,15 @@ an unmutated request accepted whole; invalid text (UTF-8, half a surrogate pair)
 never accepted, and refused naming a field; the process alive and serving; and,
 after the engine drains, **funnel total equals sampled for every trial**: the
 outcomes of the cases the tap sampled for a trial add up to exactly the exchanges
-the tap accepted, matched and sampled for it. The same requests are sent twice (the
-second time under new exchange ids, so the engine runs them again): the peak RSS of
-the second run, of the sidecar's process and of the engine's, stays within 10% of
-the first's — memory a fuzz takes is reused, not leaked (issue 21, item 7).
+the tap accepted, matched and sampled for it. The same requests are sent four times (each
+time under new exchange ids, so the engine runs them again): the peak RSS of the last run, of
+the sidecar's process and of the engine's, stays within 10% of the highest of the runs before
+it — memory a fuzz takes is reused, not leaked (issue 21, item 7). A leak grows every run's
+peak over the last; the engine's process also grows once, by about 20 MiB (its allocator's
+arenas, what it builds at first use), and then settles by a few MiB more over the next run or
+two, in whichever runs timing puts it. Measured alone, the landed tree's two-run check (the
+second run's peak within 10% of the first's) failed two times in four (peaks 34.7 then 54.0
+MiB); three runs still came within 1% of the limit (51.4, 52.9, 57.4 MiB).
 Reproducible (a fixed seed per part), bounded by its example count; the figures are
 printed (``pytest -s`` shows them). The requests are split into :data:`PARTS` parts, each its
 own test with its own seed and sidecar, so xdist runs them on different workers; each part
@@ -58,17 +63,17 @@ from tests.fuzz.wire import Client
 from tests.harness import CANDIDATE, INCUMBENT, PRICES, Harness, default_models
 
 #: Requests hypothesis generates, sent once per run; with 1 to 16 exchanges each, over
-#: 10,000 exchanges in the two runs. Split into PARTS tests of REQUESTS // PARTS requests each
+#: 10,000 exchanges in the first two runs. Split into PARTS tests of REQUESTS // PARTS requests each
 #: (each its own seed), which assert their share of MIN_PAYLOADS and MIN_SAMPLED.
 REQUESTS = 1_100
 PARTS = 2
-RUNS = 2
+RUNS = 4
 MIN_PAYLOADS = 10_000
 MIN_SAMPLED = 1_000
 #: The first trial's candidate: the fake provider reads and checks its requests, then answers
 #: 500, which is not retried (one round trip per case, no judge calls).
 REFUSING = "cand-refusing"
-#: The second run's peak RSS may exceed the first's by this share at most.
+#: The last run's peak RSS may exceed the highest of the runs' before it by this share at most.
 PEAK_GROWTH = 0.10
 
 TEAM = "team-a"
@@ -488,9 +493,9 @@ async def test_tap_fuzz(tmp_path: Path, part: int) -> None:
         assert outcomes[trials[1]["id"]].get("judged", 0) > 0, outcomes
         # Issue 21: the hostile kinds were really sent, and wide integers were really carried.
         assert set(tally.kinds) == set(KINDS) and tally.bad_text_named > 0 and tally.wide_sampled > 0, tally.kinds
-        # Item 7: a second identical run does not raise the peak by more than 10%.
+        # Item 7: a last identical run does not raise the peak by more than 10% over the runs before it.
         for name in pids:
-            assert peaks[name][1] <= peaks[name][0] * (1 + PEAK_GROWTH), (name, mib(peaks[name]))
+            assert peaks[name][-1] <= max(peaks[name][:-1]) * (1 + PEAK_GROWTH), (name, mib(peaks[name]))
 
 
 def _has_wide(value: Any) -> bool:
