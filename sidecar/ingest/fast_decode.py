@@ -41,6 +41,7 @@ from sidecar.ingest.wire import (
     ExchangeResponse,
     Usage,
     item_path,
+    ndjson_type,
     root_path,
 )
 
@@ -95,7 +96,7 @@ _NOT_PLAIN = ("got `object`", "got `array`")
 def decode_fast(body: bytes, content_type: str = "") -> Decoded | None:
     """``body`` decoded and checked by the strict decoders, or None: then
     :func:`~sidecar.ingest.wire.decode_body` decodes it (or names what is wrong)."""
-    if "ndjson" in content_type or "jsonl" in content_type:
+    if ndjson_type(content_type):
         return None
     many = body.lstrip(_WHITESPACE)[:1] == b"["
     try:

@@ -261,9 +261,14 @@ def _valid_utf8(body: bytes) -> bool:
     return True
 
 
+def ndjson_type(content_type: str) -> bool:
+    """Whether the content type names NDJSON (``application/x-ndjson``, ``application/jsonl``)."""
+    return "ndjson" in content_type or "jsonl" in content_type
+
+
 def _looks_ndjson(body: bytes, content_type: str) -> bool:
     """Whether :func:`decode_batch` reads ``body`` line by line (its bad bytes aside)."""
-    if "ndjson" in content_type or "jsonl" in content_type:
+    if ndjson_type(content_type):
         return True
     stripped = body.strip()
     try:
@@ -293,7 +298,7 @@ def _decode_batch(body: bytes, content_type: str) -> Decoded:
     stripped = body.lstrip()
     if not stripped:
         raise DecodeError("empty body", None)
-    ndjson = "ndjson" in content_type or "jsonl" in content_type
+    ndjson = ndjson_type(content_type)
     if not ndjson:
         try:
             if stripped[:1] == b"[":

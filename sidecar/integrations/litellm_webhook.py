@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from sidecar.ingest.screen import Screened, screen_batch
-from sidecar.ingest.wire import DecodeError, Exchange, split_path
+from sidecar.ingest.wire import DecodeError, Exchange, ndjson_type, split_path
 from sidecar.integrations.slo import SKIP_REASONS, Context, Skip, to_exchange
 
 __all__ = ["SKIP_REASONS", "WebhookBatch", "WebhookReply", "exchanges_from_body"]
@@ -77,7 +77,7 @@ def _entries(body: bytes, content_type: str) -> list[tuple[str, dict[str, Any]]]
     """(JSON path, payload object) for a JSON array, one object, or NDJSON."""
     if not body.strip():
         raise DecodeError("empty body", None)
-    ndjson = "ndjson" in content_type or "jsonl" in content_type
+    ndjson = ndjson_type(content_type)
     if not ndjson:
         try:
             doc = _decode(body, "")
