@@ -76,7 +76,7 @@ def collected_traffic(store: ControlPlaneStore) -> Callable[[str], AsyncIterator
             for seq, body in rows:
                 after = seq
                 try:
-                    yield claim_of(body).exchange
+                    yield claim_of(body).content()
                 except (msgspec.ValidationError, msgspec.DecodeError):
                     continue
 

@@ -342,7 +342,7 @@ class Engine:
                 return
         try:
             if claim.content_kept:
-                if await self._runner.run(subject, claim.exchange) == "judged":
+                if await self._runner.run(subject, claim.content()) == "judged":
                     self._unfolded[subject.id] = self._unfolded.get(subject.id, 0) + 1
                     self._judged[subject.id] = self._judged.get(subject.id, 0) + 1
                     if subject.record.on_decision == "stop" and subject.kind == "trial":  # live trials only

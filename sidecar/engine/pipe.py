@@ -22,8 +22,9 @@ END = b""
 
 def encode_claims(claims: Sequence[Claim]) -> bytes:
     """The claims as one pipe message. An integer wider than msgpack's 64 bits (JSON has no
-    bound; ``"seed": 2**64`` is valid) travels as an extension value (:mod:`sidecar.ingest.wide_ints`)."""
-    return wide_ints.encode(ENCODER.encode, [(c.seq, c.trial_id, c.exchange, c.content_kept) for c in claims], 2)
+    bound; ``"seed": 2**64`` is valid) travels as an extension value (:mod:`sidecar.ingest.wide_ints`).
+    A packed exchange (:class:`~sidecar.ingest.claims.Packed`) goes as its bytes, not encoded again."""
+    return wide_ints.encode(ENCODER.encode, [(c.seq, c.trial_id, c.wire(), c.content_kept) for c in claims], 2)
 
 
 def decode_claims(data: bytes) -> list[Claim]:

@@ -58,7 +58,7 @@ RETRY_S = 0.5
 
 def exchange_record(claim: Claim) -> ExchangeRecord:
     """The wire record of a claim: the exchange as the gateway sent it, under the trial."""
-    ex = claim.exchange
+    ex = claim.content()
     return ExchangeRecord(
         id=f"exchange:{claim.trial_id}:{ex.exchange_id}", trial_id=claim.trial_id, team=ex.team,
         exchange_id=ex.exchange_id, gateway=ex.gateway, model=ex.model,

@@ -50,7 +50,7 @@ from typing import Collection, Sequence
 
 import msgspec
 
-from sidecar.ingest.claims import Claim
+from sidecar.ingest.claims import Claim, Packed, pack
 from sidecar.errors import StartupError
 from sidecar.ingest import wide_ints
 from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
@@ -208,11 +208,14 @@ class Journal:
     # -- writing -------------------------------------------------------------------
 
     def number(self, claims: Sequence[Claim]) -> list[Claim]:
-        """Give ``claims`` their sequence numbers (before they are offered)."""
+        """Give ``claims`` their sequence numbers (before they are offered), their exchanges
+        packed (:class:`~sidecar.ingest.claims.Packed`): :meth:`write` writes those bytes and
+        the engine's pipe sends them, with no second encoding, and no decoded exchange outlives
+        the tap's batch (issue 29)."""
         with self._lock:
             first = self._seq + 1
             self._seq += len(claims)
-        return [Claim(c.trial_id, c.exchange, first + i, c.content_kept) for i, c in enumerate(claims)]
+        return [Claim(c.trial_id, _packed(c.exchange), first + i, c.content_kept) for i, c in enumerate(claims)]
 
     def write(self, claims: Sequence[Claim], content_free: Collection[str] = ()) -> None:
         """Append numbered claims (those the hand-off took) in one write. For trials in
@@ -239,15 +242,11 @@ class Journal:
         if self._size >= SEGMENT_BYTES:
             self._rotate_locked()
 
-    def _content(self, claim: Claim) -> Exchange | bytes:
+    def _content(self, claim: Claim) -> Exchange | msgspec.Raw | bytes:
         if self._sealer is None:
-            return claim.exchange
-        ex = claim.exchange
-        try:
-            plain = _ENCODER.encode(ex)
-        except OverflowError:  # an integer wider than msgpack's 64 bits, as an extension value
-            plain = _ENCODER.encode(wide_ints.widen(ex))
-        return self._sealer.seal(plain, team=_aad_team(claim.trial_id), exchange_id=ex.exchange_id)
+            return claim.wire()
+        packed = _packed(claim.exchange)
+        return self._sealer.seal(packed.data, team=_aad_team(claim.trial_id), exchange_id=packed.exchange_id)
 
     def _append_locked(self, body: bytes) -> None:
         record = _LEN.pack(len(body)) + body
@@ -303,6 +302,10 @@ class Journal:
                 keep.append((number, last))
         self._closed = keep
         return gone
+
+
+def _packed(ex: Exchange | Packed) -> Packed:
+    return ex if isinstance(ex, Packed) else pack(ex)
 
 
 def _read(path: Path, sealer: Sealer | None) -> _Segment:

@@ -63,7 +63,7 @@ def widen(ex: Exchange) -> Exchange:
 
 def _with_exchange(row: Any, at: int) -> Any:
     ex = row[at]
-    if ex is None:
+    if not isinstance(ex, Exchange):  # None, or msgpack already written (its wide integers widened)
         return row
     return (*row[:at], widen(ex), *row[at + 1 :])
 
