@@ -116,8 +116,9 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
     model = gateway = ""
     path: str | None = None
     exchanges_to_run = exchanges
-    if exchanges and _one_key(exchanges):
-        # The common batch: one gateway, team, model and route, nothing redacted. When no
+    if exchanges and _one_key(exchanges, routes.key_fields):
+        # The common batch: one team and model (route and gateway too, when a trial filters on
+        # them: what the table matches on), nothing redacted. When no
         # trial matches it, or every matching one samples at rate 0, it is decided whole, in
         # C-level passes over the batch, with no Python step per exchange; when one of them
         # samples (favouring no segment), only its decision is taken per exchange (issue 29).
@@ -221,15 +222,18 @@ def offer(parts: IntakeParts, screened: Screened, teams: frozenset[str] | None =
 #: state costs as much as hashing a few exchanges; issue 29). Bounded: a rate change adds an entry.
 _sampler = lru_cache(maxsize=1024)(sampler)
 
-#: An exchange's routing key (what :meth:`Routes.match` reads) and its redaction flag, read in C.
-_KEY = tuple(attrgetter(name) for name in ("team", "model", "route", "gateway"))
+#: Readers of an exchange's routing fields (those :attr:`Routes.key_fields` names) and of its
+#: redaction flag, in C.
+_FIELD = {name: attrgetter(name) for name in ("team", "model", "route", "gateway")}
 _REDACTED = attrgetter("redacted")
 
 
-def _one_key(exchanges: list[Exchange]) -> bool:
-    """Whether the batch has one routing key and nothing redacted (C-level passes over it):
-    :func:`offer` may then decide it whole."""
-    return not any(map(_REDACTED, exchanges)) and all(len(set(map(k, exchanges))) == 1 for k in _KEY)
+def _one_key(exchanges: list[Exchange], fields: tuple[str, ...]) -> bool:
+    """Whether the batch is one in the routing fields the table reads, and nothing in it is
+    redacted (C-level passes over it): :func:`offer` may then decide it whole. Only the fields
+    some trial matches on are compared: two passes, not four, when none filters on a route or
+    a gateway (issue 29)."""
+    return not any(map(_REDACTED, exchanges)) and all(len(set(map(_FIELD[f], exchanges))) == 1 for f in fields)
 
 
 def _write(parts: IntakeParts, journal: Journal, claims: list[Claim], content_free: set[str]) -> None:

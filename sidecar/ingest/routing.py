@@ -78,9 +78,12 @@ class Route:
 
 
 class Routes:
-    """An immutable set of routes, indexed by (team, incumbent model)."""
+    """An immutable set of routes, indexed by (team, incumbent model).
 
-    __slots__ = ("_by_key", "_ids")
+    ``key_fields``: the exchange's fields :meth:`match` reads — team and model, and route and
+    gateway only when some route filters on them. Exchanges equal in these match alike."""
+
+    __slots__ = ("_by_key", "_ids", "key_fields")
 
     def __init__(self, routes: Iterable[Route] = ()) -> None:
         by_key: dict[tuple[str, str], list[Route]] = {}
@@ -90,6 +93,11 @@ class Routes:
             ids[r.trial_id] = r
         self._by_key = {k: tuple(v) for k, v in by_key.items()}
         self._ids = ids
+        self.key_fields: tuple[str, ...] = (
+            "team", "model",
+            *(["route"] if any(r.route is not None for r in ids.values()) else []),
+            *(["gateway"] if any(r.gateway is not None for r in ids.values()) else []),
+        )
 
     def match(self, exchange: Exchange) -> tuple[Route, ...]:
         candidates = self._by_key.get((exchange.team, exchange.model))

@@ -30,8 +30,8 @@ Per field, on purpose:
 from __future__ import annotations
 
 from collections import Counter
-from itertools import compress
-from operator import attrgetter, methodcaller
+from itertools import compress, repeat
+from operator import attrgetter
 from typing import Any, Callable, Iterable, NamedTuple
 
 import msgspec
@@ -145,7 +145,6 @@ def screen_exchanges(exchanges: list[Exchange], where: Callable[[int], str], pla
 
 _TAGS = attrgetter("tags")
 _REQUEST_PARAMS = attrgetter("request.params")
-_TOKEN_PARAM_GETTERS = tuple(methodcaller("get", name) for name in _TOKEN_PARAMS)
 #: The types a plain token parameter may have (exactly: a bool is not a count).
 _TOKEN_PARAM_TYPES = frozenset({int, type(None)})
 
@@ -153,10 +152,11 @@ _TOKEN_PARAM_TYPES = frozenset({int, type(None)})
 def _token_params_fit(exchanges: list[Exchange]) -> bool:
     """Whether every token parameter of the batch is null or an integer in range, in passes
     over the whole batch that run in C (no Python step per exchange); a parameter no exchange
-    gives costs one pass."""
+    gives costs one pass. ``dict.get`` is mapped over the parameters with the name repeated:
+    half the cost of a ``methodcaller`` per exchange (issue 29)."""
     params = list(filter(None, map(_REQUEST_PARAMS, exchanges)))
-    for get in _TOKEN_PARAM_GETTERS:
-        given = list(map(get, params))
+    for name in _TOKEN_PARAMS:
+        given: list[Any] = list(map(dict.get, params, repeat(name)))
         if given.count(None) == len(given):
             continue
         if not _TOKEN_PARAM_TYPES.issuperset(map(type, given)):

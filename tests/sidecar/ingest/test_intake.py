@@ -20,9 +20,10 @@ from sidecar.ingest.wire import Exchange, ExchangeRequest, ExchangeResponse
 from sidecar.telemetry.counters import TapCounters
 
 
-def _ex(i: int, team: str, model: str, *, route: str | None = None, redacted: bool = False) -> Exchange:
+def _ex(i: int, team: str, model: str, *, route: str | None = None, redacted: bool = False,
+        gateway: str = "gw") -> Exchange:
     return Exchange(f"ex-{i}", team, model, ExchangeRequest([{"role": "user", "content": "hi"}]),
-                    ExchangeResponse("hello"), gateway="gw", route=route, redacted=redacted)
+                    ExchangeResponse("hello"), gateway=gateway, route=route, redacted=redacted)
 
 
 def _parts(*routes: Route) -> SimpleNamespace:
@@ -79,8 +80,11 @@ def test_a_trials_rate_change_changes_its_decisions_at_the_next_batch(one_key: b
     # Intake keeps a trial's sampling decision between batches (built once per trial and rate):
     # the next batch after a rate change is decided at the new rate, exactly as is_sampled says.
     batch = [_ex(i, "t", "m", route="/r" if one_key or i % 2 else "/s") for i in range(400)]
+    # A trial filtering on a route makes the route part of the key: the mixed batch is per exchange.
+    beside = [] if one_key else [Route("other", "t", "m", "/never", None, 0.0, "local")]
     for rate in (0.05, 0.5, 0.05, 1.0):
-        parts = _parts(Route("trial", "t", "m", None, None, rate, "local"))
+        parts = _parts(Route("trial", "t", "m", None, None, rate, "local"), *beside)
+        assert intake._one_key(batch, parts.routing.current.key_fields) is one_key
         reply = offer(parts, Screened(batch, Counter()))
         assert reply.sampled == sum(is_sampled("trial", ex.exchange_id, rate) for ex in batch), rate
 
@@ -140,8 +144,36 @@ def test_a_one_key_batch_decided_whole_counts_and_hands_over_as_the_per_exchange
     room = 7 if case == "sink nearly full" else 10_000
     full = case == "outbox full"
     whole = _run_offer(routes, batch, sink_room=room, outbox_full=full)
-    monkeypatch.setattr(intake, "_one_key", lambda exchanges: False)  # the per-exchange loop
+    monkeypatch.setattr(intake, "_one_key", lambda exchanges, fields: False)  # the per-exchange loop
     loop = _run_offer(routes, batch, sink_room=room, outbox_full=full)
     assert whole == loop
     reply = whole[0]
     assert reply.accepted == 60 and (case in ("nobody matches", "decided", "outbox full") or reply.sampled + reply.shed > 0)
+
+
+def test_the_routing_key_is_the_fields_some_trial_matches_on() -> None:
+    assert Routes([Route("a", "t", "m", None, None, 0.5, "local")]).key_fields == ("team", "model")
+    assert Routes([Route("a", "t", "m", None, None, 0.5, "local"), Route("b", "t", "m", "/r", None, 0.5, "local")]
+                  ).key_fields == ("team", "model", "route")
+    assert Routes([Route("a", "t", "m", None, "gw", 0.5, "local")]).key_fields == ("team", "model", "gateway")
+    assert Routes().key_fields == ("team", "model")
+
+
+@pytest.mark.parametrize("filters", ["none", "route", "gateway"])
+def test_a_batch_mixed_in_fields_no_trial_matches_on_is_decided_whole_as_the_loop_would(
+    filters: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 29: the batch's routes and gateways differ; when no trial filters on them the batch
+    # is still one key, decided whole, and gives what the per-exchange loop gives; when one
+    # does, it takes the loop.
+    routes = [Route("s", "t", "m", None, None, 0.3, "local")]
+    if filters == "route":
+        routes.append(Route("r", "t", "m", "/r1", None, 0.5, "local"))
+    if filters == "gateway":
+        routes.append(Route("g", "t", "m", None, "gw1", 0.5, "local"))
+    batch = [_ex(i, "t", "m", route=f"/r{i % 2}", gateway=f"gw{i % 3}") for i in range(60)]
+    assert intake._one_key(batch, Routes(routes).key_fields) is (filters == "none")
+    whole = _run_offer(routes, batch, sink_room=10_000, outbox_full=False)
+    monkeypatch.setattr(intake, "_one_key", lambda exchanges, fields: False)
+    assert whole == _run_offer(routes, batch, sink_room=10_000, outbox_full=False)
+    assert whole[0].sampled > 0  # type: ignore[attr-defined]
