@@ -171,8 +171,11 @@ async def _read_body(request: web.Request, ctx: TapContext) -> bytes:
             reason="unsupported_encoding", headers={"Accept-Encoding": "gzip"},
         )
     try:
-        async with asyncio.timeout(tap.read_timeout_seconds):
+        if request.content.is_eof():  # every byte is here: the read cannot wait, so no timer (issue 29)
             raw = await request.read()
+        else:
+            async with asyncio.timeout(tap.read_timeout_seconds):
+                raw = await request.read()
     except TimeoutError:
         raise _Refused(
             408, "read_timeout", f"the body did not arrive within {tap.read_timeout_seconds} s", reason="read_timeout"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from typing import Mapping
 
 from sidecar.store.base import FunnelStore
 
@@ -38,10 +39,13 @@ class FunnelCounter:
         with self._lock:
             self._pending[(trial_id, outcome)] += n
 
-    def add_many(self, counts: Counter[tuple[str, str]]) -> None:
-        """Add a batch of (trial id, outcome) counts under one lock acquisition."""
+    def add_many(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add a batch of (trial id, outcome) counts under one lock acquisition (a plain loop:
+        ``Counter.update`` checks its argument against an abstract class first, issue 29)."""
         with self._lock:
-            self._pending.update(counts)
+            pending = self._pending
+            for key, n in counts.items():
+                pending[key] += n
 
     def pending(self, trial_id: str) -> dict[str, int]:
         """Counts not yet written to the store, for one trial."""

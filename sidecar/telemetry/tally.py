@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Mapping
 from sidecar.ingest.funnel import FunnelCounter
 from sidecar.telemetry.names import CALL_RESULTS, Role, judgment_outcome
 
@@ -57,11 +58,8 @@ class CountingFunnel(FunnelCounter):
         super().add(trial_id, outcome, n)
         self.tally.outcome(outcome, n)
 
-    def add_many(self, counts: Counter[tuple[str, str]]) -> None:
+    def add_many(self, counts: Mapping[tuple[str, str], int]) -> None:
         super().add_many(counts)
-        by_outcome: Counter[str] = Counter()
-        for (_, outcome), n in counts.items():
-            by_outcome[outcome] += n
-        for outcome, n in by_outcome.items():
+        for (_, outcome), n in counts.items():  # a batch has an entry or two
             self.tally.outcome(outcome, n)
 
