@@ -63,6 +63,10 @@ FIGURES: dict[str, str | tuple[str, ...]] = {
         r"CPU PER CASE +engine alone, [1-9]\d* judged",
         r"by thread over the phase: tap\+admin loop",
     ),
+    "tap_windows.py": (r"\nwindow  2/2: floor \d+\.\d\d / \d+\.\d\d µs  tap \d+\.\d\d µs \(\d+\.\d\dx\)",
+                       r"\n  tap      median \d+\.\d\dx \(quartiles [\d.]+ to [\d.]+\); median [\d.]+ µs per exchange; "
+                       r"[1-9]\d* sampled, \d+ shed",
+                       r"\n  tap r=0  median \d+\.\d\dx .*; 0 sampled, 0 shed"),
     "uplink_outage.py": r"every record held exactly once",
     "uplink_throughput.py": r"sidecar-side CPU per delivered record: +[\d,.]+ µs",
     "verdicts.py": r"## smalln\n\| items \| plain percentile \| expanded \|\n\| 20 \| \d",
