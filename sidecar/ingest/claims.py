@@ -24,9 +24,10 @@ class Packed(msgspec.Struct, frozen=True, gc=False):
     The intake journal packs the claims it numbers: it writes these bytes, and the engine's
     pipe sends the same bytes (:mod:`sidecar.engine.pipe`), so a sampled exchange is encoded
     once, and the decoded objects of a batch all go when the tap has answered it. Holding
-    them until the forwarding thread sent them made the collector promote and traverse them
-    and kept the allocator's pools half full (issue 29: about a tenth of the tap's CPU at 5%
-    sampled)."""
+    them until the forwarding thread sent them made the garbage collector run on them, promote
+    and traverse them, and kept the allocator's pools half full (issue 29: at 5% sampled, the
+    collector took about 2% of the tap process's CPU samples, 0.1% since, and the allocator's
+    share fell by 1.8 points)."""
 
     exchange_id: str
     team: str
