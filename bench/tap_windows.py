@@ -4,8 +4,9 @@
 
 ``bench/tap.py --rounds N`` measures each server in a phase of its own, a few seconds apart, and
 divides a tap's figure by the floor's of the same round. On a shared machine the machine's speed
-moves within those seconds: in one run of 5 rounds there, the same tree's tap at rate 0 read 0.70x
-to 2.52x its round's floor. Here three servers run side by side for the whole run:
+moves within those seconds: in two runs of 5 rounds there, one tree's tap at rate 0 read 0.71x to
+2.03x its round's floor with 100 exchanges per request (0.70x to 2.52x with one). Here three servers
+run side by side for the whole run:
 
 - **floor** — an aiohttp handler that reads the body and decodes it into the tap's typed schema
   (``bench/tap.py``'s floor: the least any tap must do);
